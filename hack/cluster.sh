@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# A real, local Kubernetes control plane for fakegpu's demo and e2e tests, built from Go modules:
+# etcd, kube-apiserver (RBAC on), kube-controller-manager, kube-scheduler and KWOK, on loopback.
+#
+#   hack/cluster.sh build   build the binaries (only when hack/*/go.{mod,sum} or main.go changed)
+#   hack/cluster.sh up      build, start everything, wait until ready, print `export KUBECONFIG=...`
+#   hack/cluster.sh down    stop exactly the processes `up` started (pid files), keep logs
+#   hack/cluster.sh env     print the export line for the running cluster
+#   hack/cluster.sh status  show which components run
+#
+# State (certificates, kubeconfig, logs, etcd data, pid files) lives in $FAKEGPU_CLUSTER_DIR,
+# default .cache/cluster in the repository (ignored by git). Ports can be moved with the
+# FAKEGPU_*_PORT variables below when something else holds them.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
+bin=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}
+etcd_port=${FAKEGPU_ETCD_PORT:-2379}
+etcd_peer_port=${FAKEGPU_ETCD_PEER_PORT:-2380}
+apiserver_port=${FAKEGPU_APISERVER_PORT:-6443}
+kcm_port=${FAKEGPU_KCM_PORT:-10257}
+scheduler_port=${FAKEGPU_SCHEDULER_PORT:-10259}
+kwok_port=${FAKEGPU_KWOK_PORT:-10247}
+# The one KWOK node `up` creates to prove KWOK works; pools get their own nodes.
+smoke_node=kwok-node-0
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- build -------------------------------------------------------------------------------------
+
+# Hash of everything a Go module's binary depends on here; the pinned modules do the rest.
+module_stamp() { cat "$1"/go.mod "$1"/go.sum "$1"/*.go | sha256sum | cut -c1-16; }
+
+build_module() { # <module dir under hack/> <binary name>
+  local module=$repo/hack/$1 out=$bin/$2 stamp
+  stamp=$(module_stamp "$module")
+  if [[ -x $out && -f $out.stamp && $(cat "$out.stamp") == "$stamp" ]]; then
+    return
+  fi
+  log "building $2 from $module (first build takes 10-20 minutes on 2 cores)"
+  local start=$SECONDS
+  (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out" .)
+  echo "$stamp" >"$out.stamp"
+  log "built $2 in $((SECONDS - start))s"
+}
+
+build() {
+  mkdir -p "$bin"
+  build_module controlplane controlplane
+  build_module kwok kwok
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    ln -sf controlplane "$bin/$name"
+  done
+}
+
+# --- certificates and kubeconfigs --------------------------------------------------------------
+
+issue_cert() { # <name> <subject> [<subjectAltName>]
+  local name=$1 subject=$2 san=${3:-}
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$dir/pki/$name.key" \
+    -subj "$subject" -out "$dir/pki/$name.csr" 2>/dev/null
+  local ext=$dir/pki/$name.ext
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=digitalSignature,keyEncipherment"
+    if [[ -n $san ]]; then
+      echo "extendedKeyUsage=serverAuth,clientAuth"
+      echo "subjectAltName=$san"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } >"$ext"
+  openssl x509 -req -in "$dir/pki/$name.csr" -CA "$dir/pki/ca.crt" -CAkey "$dir/pki/ca.key" \
+    -CAcreateserial -days 365 -sha256 -extfile "$ext" -out "$dir/pki/$name.crt" 2>/dev/null
+  rm -f "$dir/pki/$name.csr" "$ext"
+}
+
+pki() {
+  [[ -f $dir/pki/admin.crt ]] && return
+  log "creating certificates in $dir/pki"
+  mkdir -p "$dir/pki"
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -subj "/CN=fakegpu-local-ca" \
+    -keyout "$dir/pki/ca.key" -out "$dir/pki/ca.crt" 2>/dev/null
+  issue_cert apiserver "/CN=kube-apiserver" \
+    "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.0.0.1"
+  issue_cert admin "/O=system:masters/CN=admin"
+  openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$dir/pki/sa.key" -pubout -out "$dir/pki/sa.pub" 2>/dev/null
+}
+
+kubeconfig() {
+  local kc=$dir/admin.kubeconfig
+  [[ -f $kc ]] && return
+  local kubectl=$bin/kubectl
+  "$kubectl" config set-cluster fakegpu --kubeconfig="$kc" --server="https://127.0.0.1:$apiserver_port" \
+    --certificate-authority="$dir/pki/ca.crt" --embed-certs=true >/dev/null
+  "$kubectl" config set-credentials admin --kubeconfig="$kc" --client-certificate="$dir/pki/admin.crt" \
+    --client-key="$dir/pki/admin.key" --embed-certs=true >/dev/null
+  "$kubectl" config set-context fakegpu --kubeconfig="$kc" --cluster=fakegpu --user=admin >/dev/null
+  "$kubectl" config use-context fakegpu --kubeconfig="$kc" >/dev/null
+}
+
+# --- processes ---------------------------------------------------------------------------------
+
+pid_of() { cat "$dir/run/$1.pid" 2>/dev/null || true; }
+
+running() { local pid; pid=$(pid_of "$1"); [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; }
+
+start() { # <name> <binary> <args...>
+  local name=$1 binary=$2
+  shift 2
+  running "$name" && { log "$name already runs (pid $(pid_of "$name"))"; return; }
+  mkdir -p "$dir/run" "$dir/logs"
+  # A session of its own: a crashed test harness does not take the cluster down, and `down`
+  # can signal exactly this process.
+  setsid "$bin/$binary" "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$dir/run/$name.pid"
+}
+
+wait_for() { # <what> <timeout seconds> <command...>; <what> is also the component, if one
+  local what=$1 timeout=$2
+  local deadline=$((SECONDS + timeout))
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [[ -f $dir/run/$what.pid ]] && ! running "$what"; then
+      tail -n 5 "$dir/logs/$what.log" >&2 || true
+      die "$what exited; see $dir/logs/$what.log"
+    fi
+    ((SECONDS < deadline)) || die "$what not ready after ${timeout}s; see $dir/logs/"
+    sleep 0.5
+  done
+}
+
+admin_curl() {
+  curl -sf --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "$@"
+}
+
+k() { "$bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" "$@"; }
+
+start_etcd() {
+  start etcd etcd --name=fakegpu --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls="http://127.0.0.1:$etcd_peer_port" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster="fakegpu=http://127.0.0.1:$etcd_peer_port" \
+    --unsafe-no-fsync --auto-compaction-retention=1 --quota-backend-bytes=8589934592 \
+    --listen-metrics-urls="http://127.0.0.1:$((etcd_port + 2))"
+  wait_for etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
+}
+
+start_apiserver() {
+  local audit_policy=$dir/audit-policy.yaml
+  # Mutating requests only: e2e tests count writes per node from this log (idempotence checks).
+  cat >"$audit_policy" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: Metadata
+EOF
+  start kube-apiserver kube-apiserver \
+    --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$apiserver_port" \
+    --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
+    --client-ca-file="$dir/pki/ca.crt" \
+    --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$dir/pki/sa.pub" \
+    --service-account-signing-key-file="$dir/pki/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --endpoint-reconciler-type=none \
+    --allow-privileged=true \
+    --audit-policy-file="$audit_policy" --audit-log-path="$dir/logs/audit.log" \
+    --audit-log-maxsize=200 --audit-log-maxbackup=1
+  wait_for kube-apiserver 120 admin_curl "https://127.0.0.1:$apiserver_port/readyz"
+}
+
+start_controllers() {
+  local kc=$dir/admin.kubeconfig
+  start kube-controller-manager kube-controller-manager \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$kcm_port" --leader-elect=false \
+    --use-service-account-credentials=true \
+    --root-ca-file="$dir/pki/ca.crt" --service-account-private-key-file="$dir/pki/sa.key" \
+    --controllers='*'
+  start kube-scheduler kube-scheduler \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$scheduler_port" --leader-elect=false
+  wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$kcm_port/healthz"
+  wait_for kube-scheduler 60 curl -skf "https://127.0.0.1:$scheduler_port/healthz"
+}
+
+start_kwok() {
+  "$bin/kwok" default-stages >"$dir/kwok-stages.yaml"
+  start kwok kwok --kubeconfig="$dir/admin.kubeconfig" --config="$dir/kwok-stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --server-address="127.0.0.1:$kwok_port" --node-ip=127.0.0.1 --node-lease-duration-seconds=40
+  wait_for kwok 60 curl -sf "http://127.0.0.1:$kwok_port/healthz"
+}
+
+smoke_node() {
+  k apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $smoke_node
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/hostname: $smoke_node
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+spec:
+  taints:
+  - key: kwok.x-k8s.io/node
+    value: fake
+    effect: NoSchedule
+EOF
+  wait_for "KWOK node $smoke_node" 60 \
+    bash -c "'$bin/kubectl' --kubeconfig='$dir/admin.kubeconfig' get node $smoke_node \
+      -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+}
+
+up() {
+  build
+  local start=$SECONDS
+  mkdir -p "$dir"
+  pki
+  kubeconfig
+  start_etcd
+  start_apiserver
+  start_controllers
+  start_kwok
+  # The serviceaccount controller creates `default` in each namespace; pods need it.
+  wait_for "default ServiceAccount" 60 k get serviceaccount default -n default
+  smoke_node
+  log "control plane ready in $((SECONDS - start))s (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)"
+  env_line
+}
+
+down() {
+  local i pid
+  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
+    pid=$(pid_of "${components[i]}")
+    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+  done
+  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
+    pid=$(pid_of "${components[i]}")
+    [[ -z $pid ]] && continue
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$dir/run/${components[i]}.pid"
+  done
+  # The cluster is throwaway: the next `up` starts from an empty etcd.
+  rm -rf "$dir/etcd"
+  log "stopped"
+}
+
+env_line() { echo "export KUBECONFIG=$dir/admin.kubeconfig"; }
+
+status() {
+  local c
+  for c in "${components[@]}"; do
+    if running "$c"; then echo "$c: running (pid $(pid_of "$c"))"; else echo "$c: stopped"; fi
+  done
+}
+
+case ${1:-} in
+  build) build ;;
+  up) up ;;
+  down) down ;;
+  env) env_line ;;
+  status) status ;;
+  *) echo "usage: $0 {build|up|down|env|status}" >&2; exit 2 ;;
+esac
