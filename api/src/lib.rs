@@ -1,0 +1,10 @@
+//! fakegpu's API: the `GpuNodePool` custom resource, the builtin GPU profile catalog and every
+//! externally visible name. The operator, the node agent and the fake nvidia-smi all build on it.
+
+pub mod crds;
+pub mod names;
+pub mod pool;
+pub mod profiles;
+pub mod utilization;
+
+pub use pool::{GpuNodePool, GpuNodePoolSpec, GpuNodePoolStatus};
