@@ -1,0 +1,198 @@
+//! Helpers for fakegpu's end-to-end tests.
+//!
+//! The tests talk to the cluster `KUBECONFIG` points at: the local control plane of
+//! `hack/cluster.sh` (real etcd, kube-apiserver with RBAC, scheduler, controller manager, KWOK).
+//! `hack/test.sh` starts it and runs them; without a cluster they fail, they do not skip.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context, bail};
+use k8s_openapi::{
+    api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::{Namespace, ServiceAccount},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+    config::AuthInfo,
+    runtime::wait::{await_condition, conditions},
+};
+
+/// Field manager of objects the tests set up.
+pub const FIELD_MANAGER: &str = "fakegpu-e2e";
+
+/// The repository root (tests read config/ from it).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// An admin client for the cluster under test.
+pub async fn admin_client() -> anyhow::Result<Client> {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        bail!(
+            "KUBECONFIG is not set: run the e2e tests through hack/test.sh, or `eval $(hack/cluster.sh env)` first"
+        );
+    }
+    Client::try_default()
+        .await
+        .context("connecting to the cluster in KUBECONFIG")
+}
+
+/// Installs (server-side apply, idempotent) every CRD under config/crd/ and waits until the API
+/// server serves them.
+pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let dir = repo_root().join("config/crd");
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path)?)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("applying CRD {name}"))?;
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .with_context(|| format!("CRD {name} not established within 30s"))??;
+    }
+    Ok(())
+}
+
+/// A name no other test uses: tests of one binary run in parallel against one cluster.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+/// Runs the control plane's kubectl against `KUBECONFIG`; returns stdout, fails on a non-zero exit.
+pub fn kubectl(args: &[&str]) -> anyhow::Result<String> {
+    let bin = std::env::var_os("FAKEGPU_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/hack-bin"));
+    let output = Command::new(bin.join("kubectl"))
+        .args(args)
+        .output()
+        .with_context(|| format!("running kubectl from {}", bin.display()))?;
+    if !output.status.success() {
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// A namespace that is deleted again when dropped (deletion runs in the background; the
+/// namespace controller removes what is in it).
+#[allow(missing_debug_implementations)] // kube::Client is not Debug
+pub struct TestNamespace {
+    client: Client,
+    pub name: String,
+}
+
+impl TestNamespace {
+    pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
+        let name = unique_name(prefix);
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(Self {
+            client: client.clone(),
+            name,
+        })
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let name = self.name.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+            });
+        }
+    }
+}
+
+/// A client that authenticates as ServiceAccount `namespace/name` with a bound token, the way
+/// an in-cluster workload does: what it may do is decided by RBAC alone.
+pub async fn service_account_client(
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Client> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    accounts
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&account),
+        )
+        .await
+        .with_context(|| format!("creating ServiceAccount {namespace}/{name}"))?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("requesting a token for {namespace}/{name}"))?
+        .status
+        .and_then(|status| status.token)
+        .context("TokenRequest answered without a token")?;
+
+    let mut config = Config::infer().await?;
+    config.auth_info = AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// The API server's refusal of a request: HTTP status and message.
+pub fn api_error(error: &kube::Error) -> Option<(u16, &str)> {
+    match error {
+        kube::Error::Api(status) => Some((status.code, status.message.as_str())),
+        _ => None,
+    }
+}
