@@ -7,6 +7,7 @@
 #   hack/cluster.sh down    stop exactly the processes `up` started (pid files), keep logs
 #   hack/cluster.sh env     print the export line for the running cluster
 #   hack/cluster.sh status  show which components run
+#   hack/cluster.sh add-node NAME [key=value ...]   create a Ready KWOK node with extra labels
 #
 # State (certificates, kubeconfig, logs, etcd data, pid files) lives in $FAKEGPU_CLUSTER_DIR,
 # default .cache/cluster in the repository (ignored by git). Ports can be moved with the
@@ -204,29 +205,46 @@ start_kwok() {
   wait_for kwok 60 curl -sf "http://127.0.0.1:$kwok_port/healthz"
 }
 
-smoke_node() {
-  k apply -f - >/dev/null <<EOF
+# A KWOK-managed node the way KWOK's examples make them: annotation, `type=kwok` label, and a
+# taint that keeps ordinary pods off. Extra labels (e.g. a pool label) come as key=value.
+add_node() { # <name> [key=value ...]
+  local name=$1 label
+  shift
+  {
+    cat <<EOF
 apiVersion: v1
 kind: Node
 metadata:
-  name: $smoke_node
+  name: $name
   annotations:
     kwok.x-k8s.io/node: fake
     node.alpha.kubernetes.io/ttl: "0"
   labels:
     type: kwok
-    kubernetes.io/hostname: $smoke_node
+    kubernetes.io/hostname: $name
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
+EOF
+    for label in "$@"; do
+      printf '    %s: "%s"\n' "${label%%=*}" "${label#*=}"
+    done
+    cat <<EOF
 spec:
   taints:
   - key: kwok.x-k8s.io/node
     value: fake
     effect: NoSchedule
 EOF
-  wait_for "KWOK node $smoke_node" 60 \
-    bash -c "'$bin/kubectl' --kubeconfig='$dir/admin.kubeconfig' get node $smoke_node \
-      -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  } | k apply -f - >/dev/null
+}
+
+node_ready() {
+  k get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+}
+
+smoke_node() {
+  add_node "$smoke_node"
+  wait_for "KWOK node $smoke_node" 60 node_ready "$smoke_node"
 }
 
 up() {
@@ -279,5 +297,11 @@ case ${1:-} in
   down) down ;;
   env) env_line ;;
   status) status ;;
-  *) echo "usage: $0 {build|up|down|env|status}" >&2; exit 2 ;;
+  add-node)
+    [[ $# -ge 2 ]] || die "usage: $0 add-node NAME [key=value ...]"
+    shift
+    add_node "$@"
+    wait_for "KWOK node $1" 60 node_ready "$1"
+    ;;
+  *) echo "usage: $0 {build|up|down|env|status|add-node}" >&2; exit 2 ;;
 esac

@@ -194,7 +194,9 @@ const H200_MIG: &[MigProfile] = &[
     mig("7g.141gb", 0, 7, 8, 1, 143360, 132),
 ];
 
-// B200: sizes and SM counts from go-nvml's B200 mock table, ids as real NVML reports them.
+// B200: sizes and SM counts from go-nvml's B200 mock table, ids as real NVML reports them. The
+// mock's 7g.180gb (184320 MiB) is its whole 184320 MiB GPU; a real B200 has 183359 MiB, so the
+// full instance here keeps the share of the total that A100's 7g.40gb has (about 98%).
 const B200_MIG: &[MigProfile] = &[
     mig("1g.23gb", 19, 1, 1, 7, 23552, 18),
     mig("1g.23gb+me", 20, 1, 1, 1, 23552, 18),
@@ -202,7 +204,7 @@ const B200_MIG: &[MigProfile] = &[
     mig("2g.45gb", 14, 2, 2, 3, 46080, 36),
     mig("3g.90gb", 9, 3, 4, 2, 92160, 54),
     mig("4g.90gb", 5, 4, 4, 1, 92160, 72),
-    mig("7g.180gb", 0, 7, 8, 1, 184320, 126),
+    mig("7g.180gb", 0, 7, 8, 1, 179712, 126),
 ];
 
 // GB200 NVL (189 GB): names from NVIDIA's DRA driver and mig-parted; sizes approximate.

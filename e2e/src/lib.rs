@@ -88,7 +88,11 @@ pub fn kubectl(args: &[&str]) -> anyhow::Result<String> {
     let bin = std::env::var_os("FAKEGPU_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target/hack-bin"));
+    // A cache of its own: kubectl keys its discovery cache by host:port, and every test run
+    // starts a fresh cluster on the same port, so a shared cache would describe an old cluster.
+    let cache = std::env::temp_dir().join(format!("fakegpu-e2e-kubectl-{}", std::process::id()));
     let output = Command::new(bin.join("kubectl"))
+        .arg(format!("--cache-dir={}", cache.display()))
         .args(args)
         .output()
         .with_context(|| format!("running kubectl from {}", bin.display()))?;

@@ -32,7 +32,16 @@ async fn crd_is_established_and_documented() -> anyhow::Result<()> {
     let client = admin_client().await?;
     install_crds(&client).await?;
 
-    let explained = kubectl(&["explain", "gpunodepool.spec.gpu"])?;
+    // The API server publishes a new CRD's OpenAPI asynchronously after it is Established.
+    let mut explained = kubectl(&["explain", "gpunodepool.spec.gpu"]);
+    for _ in 0..100 {
+        if explained.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        explained = kubectl(&["explain", "gpunodepool.spec.gpu"]);
+    }
+    let explained = explained?;
     for expected in [
         "GROUP:      fakegpu.dev",
         "Builtin profile:",

@@ -20,6 +20,8 @@ use validator::Validate;
 use crate::utilization::PATTERN as UTILIZATION_PATTERN;
 
 /// A pool of nodes with simulated NVIDIA GPUs.
+// Each `printcolumn(...)` repeats `type_`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
 #[kube(
     group = "fakegpu.dev",
