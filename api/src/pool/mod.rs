@@ -358,3 +358,56 @@ pub struct PoolNodeStatus {
     #[serde(default)]
     pub kwok: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::Resource;
+    use serde_json::json;
+    use validator::Validate;
+
+    use super::*;
+    use crate::names;
+
+    #[test]
+    fn derive_uses_the_published_group_and_version() {
+        assert_eq!(GpuNodePool::group(&()), names::GROUP);
+        assert_eq!(GpuNodePool::version(&()), names::VERSION);
+    }
+
+    fn spec(value: serde_json::Value) -> GpuNodePoolSpec {
+        serde_json::from_value(value).expect("test spec deserialises")
+    }
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let spec = spec(json!({"gpu": {"profile": "a100"}}));
+        assert_eq!(spec.gpu.backend, Backend::Fake);
+        assert_eq!(
+            spec.interfaces,
+            Interfaces {
+                device_plugin: true,
+                dra: false
+            }
+        );
+        assert!(spec.node_selector.is_none() && spec.mig.is_none() && spec.numa.is_none());
+    }
+
+    #[test]
+    fn client_side_validation_repeats_the_schema_bounds() {
+        let refused = [
+            json!({"gpu": {"product": "X", "count": 0, "memoryMiB": 1}}),
+            json!({"gpu": {"product": "X", "count": 65, "memoryMiB": 1}}),
+            json!({"gpu": {"product": "X", "count": 1, "memoryMiB": 0}}),
+            json!({"gpu": {"profile": "a100"}, "numa": {"zones": 9}}),
+            json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2, "distances": {"self": 0, "remote": 1}}}),
+            json!({"gpu": {"profile": "a100"}, "mig": {"strategy": "mixed", "layout": []}}),
+            json!({"gpu": {"profile": "a100"}, "utilization": {"default": "100-1000"}}),
+        ];
+        for value in refused {
+            assert!(spec(value.clone()).validate().is_err(), "accepted {value}");
+        }
+        let accepted = json!({"gpu": {"product": "X", "count": 64, "memoryMiB": 1},
+            "numa": {"zones": 8, "distances": {"self": 10, "remote": 21}}});
+        assert!(spec(accepted).validate().is_ok());
+    }
+}
