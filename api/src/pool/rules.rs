@@ -34,12 +34,20 @@ fn gpu_count() -> String {
     )
 }
 
-pub fn numa_zones_within_gpu_count() -> Rule {
-    Rule::new(format!(
-        "!has(self.numa) || !{known} || self.numa.zones <= {count}",
+/// A spec-level rule that holds trivially when `applies` is false or the GPU count is unknown,
+/// and otherwise requires `check(<CEL expression of the GPUs per node>)`.
+fn when_gpu_count_known(applies: &str, check: impl FnOnce(&str) -> String) -> String {
+    format!(
+        "!({applies}) || !{known} || {check}",
         known = gpu_count_known(),
-        count = gpu_count()
-    ))
+        check = check(&gpu_count())
+    )
+}
+
+pub fn numa_zones_within_gpu_count() -> Rule {
+    Rule::new(when_gpu_count_known("has(self.numa)", |count| {
+        format!("self.numa.zones <= {count}")
+    }))
     // A static message: CEL's cost estimate of `string(int)` is unbounded, which a message
     // expression naming the numbers would blow the CRD's cost budget with.
     .message("numa.zones must not exceed the GPUs per node")
@@ -47,10 +55,9 @@ pub fn numa_zones_within_gpu_count() -> Rule {
 }
 
 pub fn gpus_per_zone_sum_to_gpu_count() -> Rule {
-    Rule::new(format!(
-        "!has(self.numa) || !has(self.numa.gpusPerZone) || !{known} || self.numa.gpusPerZone.sum() == {count}",
-        known = gpu_count_known(),
-        count = gpu_count()
+    Rule::new(when_gpu_count_known(
+        "has(self.numa) && has(self.numa.gpusPerZone)",
+        |count| format!("self.numa.gpusPerZone.sum() == {count}"),
     ))
     .message("numa.gpusPerZone must add up to the GPUs per node")
     .field_path(".numa.gpusPerZone")
@@ -73,11 +80,9 @@ pub fn mig_needs_capable_profile() -> Rule {
 }
 
 pub fn mig_gpu_indices_within_count() -> Rule {
-    Rule::new(format!(
-        "!has(self.mig) || !{known} || self.mig.layout.all(l, !has(l.gpus) || l.gpus.all(i, i < {count}))",
-        known = gpu_count_known(),
-        count = gpu_count()
-    ))
+    Rule::new(when_gpu_count_known("has(self.mig)", |count| {
+        format!("self.mig.layout.all(l, !has(l.gpus) || l.gpus.all(i, i < {count}))")
+    }))
     .message("mig.layout names a GPU index beyond the GPUs per node")
     .field_path(".mig.layout")
 }
