@@ -5,6 +5,7 @@ pub mod crds;
 pub mod names;
 pub mod pool;
 pub mod profiles;
+pub mod topology;
 pub mod utilization;
 
 pub use pool::{GpuNodePool, GpuNodePoolSpec, GpuNodePoolStatus};

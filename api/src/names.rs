@@ -51,6 +51,73 @@ pub mod label {
     pub const CUDA_DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
     /// GPU feature discovery: highest CUDA version the driver supports, full (`12.4`).
     pub const CUDA_RUNTIME_VERSION_FULL: &str = "nvidia.com/cuda.runtime-version.full";
+
+    /// GFD: replicas per GPU (1: no sharing).
+    pub const GPU_REPLICAS: &str = "nvidia.com/gpu.replicas";
+    /// GFD: sharing strategy (`none`).
+    pub const GPU_SHARING_STRATEGY: &str = "nvidia.com/gpu.sharing-strategy";
+    /// GFD: GPU mode (`compute`).
+    pub const GPU_MODE: &str = "nvidia.com/gpu.mode";
+    /// GFD: MPS capable.
+    pub const MPS_CAPABLE: &str = "nvidia.com/mps.capable";
+    /// GFD: vGPU guest.
+    pub const VGPU_PRESENT: &str = "nvidia.com/vgpu.present";
+    /// GFD: driver version parts.
+    pub const CUDA_DRIVER_VERSION_MAJOR: &str = "nvidia.com/cuda.driver-version.major";
+    pub const CUDA_DRIVER_VERSION_MINOR: &str = "nvidia.com/cuda.driver-version.minor";
+    pub const CUDA_DRIVER_VERSION_REVISION: &str = "nvidia.com/cuda.driver-version.revision";
+    /// GFD: deprecated duplicates of the driver version parts, still emitted and still read.
+    pub const CUDA_DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
+    pub const CUDA_DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
+    pub const CUDA_DRIVER_REV: &str = "nvidia.com/cuda.driver.rev";
+    /// GFD: CUDA version parts.
+    pub const CUDA_RUNTIME_VERSION_MAJOR: &str = "nvidia.com/cuda.runtime-version.major";
+    pub const CUDA_RUNTIME_VERSION_MINOR: &str = "nvidia.com/cuda.runtime-version.minor";
+    /// GFD: deprecated duplicates of the CUDA version parts.
+    pub const CUDA_RUNTIME_MAJOR: &str = "nvidia.com/cuda.runtime.major";
+    pub const CUDA_RUNTIME_MINOR: &str = "nvidia.com/cuda.runtime.minor";
+    /// GPU Operator: schedules dcgm-exporter; the reference sets it on every pool node.
+    pub const DEPLOY_DCGM_EXPORTER: &str = "nvidia.com/gpu.deploy.dcgm-exporter";
+    /// GPU Operator: schedules the device plugin; nodes with a kubelet serving `nvidia.com/gpu`.
+    pub const DEPLOY_DEVICE_PLUGIN: &str = "nvidia.com/gpu.deploy.device-plugin";
+    /// Reference: schedules the DRA kubelet plugin; nodes with a kubelet serving DRA.
+    pub const DEPLOY_DRA_PLUGIN: &str = "nvidia.com/gpu.deploy.dra-plugin-gpu";
+
+    /// Every node label key the operator may set. A key here that a node carries but the pool
+    /// no longer wants marks the node for an update.
+    pub const OPERATOR_SET: &[&str] = &[
+        super::fakegpu::POOL_LABEL,
+        FAKE_GPU,
+        GPU_PRESENT,
+        GPU_PRODUCT,
+        GPU_COUNT,
+        GPU_MEMORY,
+        GPU_FAMILY,
+        GPU_COMPUTE_MAJOR,
+        GPU_COMPUTE_MINOR,
+        GPU_REPLICAS,
+        GPU_SHARING_STRATEGY,
+        GPU_MODE,
+        MIG_CAPABLE,
+        MIG_STRATEGY,
+        MPS_CAPABLE,
+        VGPU_PRESENT,
+        CUDA_DRIVER_VERSION_MAJOR,
+        CUDA_DRIVER_VERSION_MINOR,
+        CUDA_DRIVER_VERSION_REVISION,
+        CUDA_DRIVER_VERSION_FULL,
+        CUDA_DRIVER_MAJOR,
+        CUDA_DRIVER_MINOR,
+        CUDA_DRIVER_REV,
+        CUDA_RUNTIME_VERSION_MAJOR,
+        CUDA_RUNTIME_VERSION_MINOR,
+        CUDA_RUNTIME_VERSION_FULL,
+        CUDA_RUNTIME_MAJOR,
+        CUDA_RUNTIME_MINOR,
+        DEPLOY_DCGM_EXPORTER,
+        DEPLOY_DEVICE_PLUGIN,
+        DEPLOY_DRA_PLUGIN,
+    ];
 }
 
 /// Annotations.
@@ -76,4 +143,34 @@ pub mod resource {
     /// DRA driver name of GPUs and MIG devices, as NVIDIA's DRA driver names it; DeviceClass CEL
     /// selectors and users' ResourceClaims match on it.
     pub const GPU_DRIVER: &str = "gpu.nvidia.com";
+}
+
+/// Names fakegpu itself puts on objects.
+pub mod fakegpu {
+    /// Node label naming the pool whose GPUs a node carries. Set by the operator on every node
+    /// it manages (so it finds them again for cleanup); users and dashboards may select on it.
+    pub const POOL_LABEL: &str = "fakegpu.dev/pool";
+
+    /// Finalizer on GpuNodePools: the operator removes its node labels before a pool goes.
+    pub const POOL_FINALIZER: &str = "fakegpu.dev/cleanup";
+
+    /// Environment variable with the namespace the operator keeps its per-node topology
+    /// ConfigMaps in (the downward API sets it in the Deployment).
+    pub const NAMESPACE_ENV: &str = "FAKEGPU_NAMESPACE";
+
+    /// Namespace of the install bundle.
+    pub const DEFAULT_NAMESPACE: &str = "fakegpu-system";
+}
+
+/// The per-node topology ConfigMap, kept readable by tools written for the reference's
+/// `topology-<node>` ConfigMaps.
+pub mod topology {
+    /// ConfigMap name prefix; the full name is `topology-<node name>`.
+    pub const CONFIGMAP_PREFIX: &str = "topology-";
+    /// Data key holding the YAML document ([`crate::topology::NodeTopology`]).
+    pub const DATA_KEY: &str = "topology.yml";
+    /// Label (value `true`) on every per-node topology ConfigMap; the reference's selector.
+    pub const NODE_TOPOLOGY_LABEL: &str = "node-topology";
+    /// Label with the node's name; the reference's KWOK plugins read the node from it.
+    pub const NODE_NAME_LABEL: &str = "node-name";
 }

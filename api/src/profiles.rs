@@ -367,9 +367,44 @@ pub const PROFILES: &[GpuProfile] = &[
     },
 ];
 
+/// Driver and CUDA version of a GPU that is neither a builtin profile nor a catalog product
+/// (the reference's nvml-mock defaults).
+pub const DEFAULT_DRIVER_VERSION: &str = "550.163.01";
+pub const DEFAULT_CUDA_VERSION: &str = "12.4";
+
 /// Looks a builtin profile up by the name a pool gives in `spec.gpu.profile`.
 pub fn profile(name: &str) -> Option<&'static GpuProfile> {
     PROFILES.iter().find(|p| p.name == name)
+}
+
+/// The catalog entry of a product name, written either as NVML reports it or as the
+/// `nvidia.com/gpu.product` label carries it (`Tesla K80` or `Tesla-K80`).
+pub fn profile_by_product(product: &str) -> Option<&'static GpuProfile> {
+    let wanted = product_label_value(product);
+    PROFILES
+        .iter()
+        .find(|p| product_label_value(p.product).eq_ignore_ascii_case(&wanted))
+}
+
+/// The `nvidia.com/gpu.product` label value of a product name, as the reference writes it:
+/// characters outside `[A-Za-z0-9._-]` become `-`, at most 63 characters, no leading or
+/// trailing non-alphanumerics (`NVIDIA A100-SXM4-40GB` stays, `NVIDIA H100 80GB HBM3` becomes
+/// `NVIDIA-H100-80GB-HBM3`).
+pub fn product_label_value(product: &str) -> String {
+    let replaced: String = product
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    replaced
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
 }
 
 #[cfg(test)]
@@ -430,6 +465,34 @@ mod tests {
         let gb200 = profile("gb200").map(|p| p.driver_version);
         assert_ne!(t4, b200);
         assert_ne!(b200, gb200);
+    }
+
+    #[test]
+    fn product_label_values() {
+        let cases = [
+            ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"),
+            ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"),
+            ("Tesla K80", "Tesla-K80"),
+            (" (weird) GPU/x ", "weird--GPU-x"),
+        ];
+        for (product, label) in cases {
+            assert_eq!(product_label_value(product), label);
+        }
+        assert_eq!(product_label_value(&"A".repeat(100)).len(), 63);
+    }
+
+    #[test]
+    fn products_are_found_by_name_or_label() {
+        assert_eq!(profile_by_product("Tesla-K80").map(|p| p.name), Some("k80"));
+        assert_eq!(
+            profile_by_product("NVIDIA H100 80GB HBM3").map(|p| p.name),
+            Some("h100")
+        );
+        assert_eq!(
+            profile_by_product("nvidia-h100-80gb-hbm3").map(|p| p.name),
+            Some("h100")
+        );
+        assert_eq!(profile_by_product("Imaginary GPU"), None);
     }
 
     #[test]

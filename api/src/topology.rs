@@ -1,0 +1,192 @@
+//! The per-node topology document: the one description of a node's GPUs that the operator
+//! writes (ConfigMap `topology-<node>`, key `topology.yml`) and the node agent, the metrics
+//! exporter and nvidia-smi read.
+//!
+//! Keys the reference's `topology.yml` has keep its names (`gpuMemory`, `gpuProduct`,
+//! `driverVersion`, `cudaVersion`, `migStrategy`, `otherDevices`, `gpus[].id`,
+//! `gpus[].status.allocatedBy`, `gpus[].status.podGpuUsageStatus`), so tools written for it
+//! still parse it; fakegpu's additions are new keys only.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Format version written by this build. Readers accept documents of the same version and
+/// refuse newer ones with a clear error instead of misreading them.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The GPUs of one node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTopology {
+    /// [`FORMAT_VERSION`] of the writer.
+    pub version: u32,
+    /// The GpuNodePool the node belongs to.
+    pub pool: String,
+    /// Framebuffer per GPU, MiB.
+    pub gpu_memory: u64,
+    /// NVML product name, unsanitised.
+    pub gpu_product: String,
+    pub driver_version: String,
+    pub cuda_version: String,
+    /// `none`, `single` or `mixed`.
+    pub mig_strategy: String,
+    /// Extended resources advertised next to the GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_devices: Vec<OtherDevice>,
+    pub gpus: Vec<GpuTopology>,
+}
+
+/// An extra extended resource of the node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct OtherDevice {
+    pub name: String,
+    pub count: u32,
+}
+
+/// One GPU.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuTopology {
+    /// `GPU-<uuid>`, see [`gpu_uuid`].
+    pub id: String,
+    /// Index on the node (`nvidia0` is index 0).
+    pub index: u32,
+    /// NUMA zone, when the pool declares NUMA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    #[serde(default)]
+    pub status: GpuStatus,
+}
+
+/// Who uses a GPU. Written by the operator's pod tracking.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuStatus {
+    /// The pod holding the whole GPU; empty strings when free (as the reference writes it).
+    #[serde(default)]
+    pub allocated_by: AllocatedBy,
+    /// Usage per pod UID.
+    #[serde(default)]
+    pub pod_gpu_usage_status: BTreeMap<String, PodGpuUsage>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocatedBy {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub pod: String,
+    #[serde(default)]
+    pub container: String,
+}
+
+/// A pod's use of one GPU.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGpuUsage {
+    pub utilization: UtilizationBounds,
+    /// Framebuffer used, MiB.
+    pub fb_used: u64,
+    #[serde(default)]
+    pub use_knative_utilization: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UtilizationBounds {
+    pub min: u8,
+    pub max: u8,
+}
+
+/// Why a topology document could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("malformed topology document: {0}")]
+    Malformed(#[from] serde_yaml::Error),
+    #[error("topology format version {0} is newer than this build understands ({FORMAT_VERSION})")]
+    TooNew(u32),
+}
+
+impl NodeTopology {
+    /// Parses a document, refusing versions newer than this build.
+    pub fn from_yaml(text: &str) -> Result<Self, TopologyError> {
+        let topology: Self = serde_yaml::from_str(text)?;
+        if topology.version > FORMAT_VERSION {
+            return Err(TopologyError::TooNew(topology.version));
+        }
+        Ok(topology)
+    }
+
+    pub fn to_yaml(&self) -> Result<String, TopologyError> {
+        Ok(serde_yaml::to_string(self)?)
+    }
+}
+
+/// The GPU UUID of GPU `index` on `node`: `GPU-` + UUIDv5 (SHA-1, nil namespace) of
+/// `<node>-<index>`, as the reference derives it. The same node and index always give the same
+/// UUID, so labels, slices, device-plugin IDs, metrics and nvidia-smi agree across restarts.
+pub fn gpu_uuid(node: &str, index: u32) -> String {
+    let uuid = Uuid::new_v5(&Uuid::nil(), format!("{node}-{index}").as_bytes());
+    format!("GPU-{uuid}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_uuids_are_deterministic_and_distinct() {
+        assert_eq!(gpu_uuid("node-a", 0), gpu_uuid("node-a", 0));
+        assert_ne!(gpu_uuid("node-a", 0), gpu_uuid("node-a", 1));
+        assert_ne!(gpu_uuid("node-a", 0), gpu_uuid("node-b", 0));
+        // UUIDv5 of "node-a-0" in the nil namespace, computed independently.
+        let expected = Uuid::new_v5(&Uuid::nil(), b"node-a-0");
+        assert_eq!(expected.get_version_num(), 5);
+        assert_eq!(gpu_uuid("node-a", 0), format!("GPU-{expected}"));
+    }
+
+    #[test]
+    fn reads_a_reference_style_document() {
+        let text = r#"
+version: 1
+pool: default
+gpuMemory: 11441
+gpuProduct: Tesla-K80
+driverVersion: "470.129.06"
+cudaVersion: "11.4"
+migStrategy: none
+gpus:
+- id: GPU-8f3b4c1e-0000-5000-8000-000000000000
+  index: 0
+  status:
+    allocatedBy: {namespace: team-a, pod: train-0, container: main}
+    podGpuUsageStatus:
+      uid-1: {utilization: {min: 10, max: 30}, fbUsed: 1024, useKnativeUtilization: false}
+"#;
+        let topology = NodeTopology::from_yaml(text).expect("parses");
+        assert_eq!(topology.gpus[0].status.allocated_by.pod, "train-0");
+        assert_eq!(
+            topology.gpus[0].status.pod_gpu_usage_status["uid-1"].fb_used,
+            1024
+        );
+        let round_trip = NodeTopology::from_yaml(&topology.to_yaml().expect("writes"));
+        assert_eq!(round_trip.expect("parses again"), topology);
+    }
+
+    #[test]
+    fn refuses_newer_formats_and_garbage() {
+        let newer = format!(
+            "version: {}\npool: p\ngpuMemory: 1\ngpuProduct: x\ndriverVersion: a\ncudaVersion: b\nmigStrategy: none\ngpus: []\n",
+            FORMAT_VERSION + 1
+        );
+        assert!(matches!(
+            NodeTopology::from_yaml(&newer),
+            Err(TopologyError::TooNew(_))
+        ));
+        assert!(matches!(
+            NodeTopology::from_yaml("gpus: 7"),
+            Err(TopologyError::Malformed(_))
+        ));
+    }
+}
