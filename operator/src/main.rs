@@ -1,15 +1,20 @@
-//! fakegpu-operator: the central controller that turns GpuNodePools into node labels, topology
-//! ConfigMaps, DeviceClasses, ResourceSlices and status.
-//!
-//! Not written yet; this crate only holds its place in the workspace. Its reconcilers are the
-//! "Operator core" issue. Until then the binary refuses to pretend it runs.
+//! fakegpu-operator: see the library documentation. Configuration comes from the environment:
+//! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `RUST_LOG` (tracing filter), and the
+//! usual in-cluster or `KUBECONFIG` credentials.
 
-use std::process::ExitCode;
+use fakegpu_api::names::fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV};
+use tracing_subscriber::EnvFilter;
 
-fn main() -> ExitCode {
-    eprintln!(
-        "fakegpu-operator {}: no reconcilers yet (see the Operator core issue)",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::from(2)
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn")),
+        )
+        .init();
+    let namespace = std::env::var(NAMESPACE_ENV).unwrap_or_else(|_| DEFAULT_NAMESPACE.to_owned());
+    let client = kube::Client::try_default().await?;
+    tracing::info!(%namespace, version = env!("CARGO_PKG_VERSION"), "fakegpu-operator starting");
+    fakegpu_operator::controllers::run(client, namespace).await
 }

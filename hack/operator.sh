@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs fakegpu-operator on this machine against the cluster in KUBECONFIG (admin), the way the
+# install bundle would run it in the cluster: with the bundle's ServiceAccount and its RBAC.
+# (The local control plane has no real node to run the operator's image on.)
+#
+#   hack/operator.sh install   kubectl apply -k config/ (namespace, CRDs, RBAC, Deployment)
+#   hack/operator.sh start     install, build, start in the background with a ServiceAccount token
+#   hack/operator.sh stop      stop the operator that `start` started
+#
+# Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
+kubectl=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}/kubectl
+namespace=fakegpu-system
+account=fakegpu-operator
+pidfile=$dir/run/operator.pid
+
+log() { printf '[operator] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+install() {
+  [[ -n ${KUBECONFIG:-} ]] || die "KUBECONFIG is not set (eval \"\$(hack/cluster.sh env)\")"
+  "$kubectl" apply --server-side --field-manager=fakegpu-install -k "$repo/config" >/dev/null
+  "$kubectl" wait --for=condition=Established crd/gpunodepools.fakegpu.dev --timeout=60s >/dev/null
+}
+
+# A kubeconfig that authenticates as the operator's ServiceAccount with a bound token.
+service_account_kubeconfig() {
+  local kc=$dir/operator.kubeconfig token server ca
+  token=$("$kubectl" create token "$account" -n "$namespace" --duration=24h)
+  server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$("$kubectl" config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  cat >"$kc" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "$server", certificate-authority-data: "$ca"}
+users:
+- name: $account
+  user: {token: "$token"}
+contexts:
+- name: operator
+  context: {cluster: local, user: $account, namespace: $namespace}
+current-context: operator
+EOF
+  echo "$kc"
+}
+
+stop() {
+  local pid
+  pid=$(cat "$pidfile" 2>/dev/null || true)
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    log "stopped"
+  fi
+  rm -f "$pidfile"
+}
+
+start() {
+  install
+  (cd "$repo" && cargo build --quiet -p fakegpu-operator)
+  stop
+  mkdir -p "$dir/run" "$dir/logs"
+  local kc logfile=$dir/logs/operator.log
+  kc=$(service_account_kubeconfig)
+  KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
+    setsid "$repo/target/debug/fakegpu-operator" >"$logfile" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  for _ in $(seq 1 150); do
+    grep -q "caches ready" "$logfile" && { log "running as $namespace/$account (log: $logfile)"; return; }
+    kill -0 "$(cat "$pidfile")" 2>/dev/null || { tail -n 5 "$logfile" >&2; die "operator exited"; }
+    sleep 0.2
+  done
+  die "operator did not become ready; see $logfile"
+}
+
+case ${1:-} in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 {install|start|stop}" >&2; exit 2 ;;
+esac

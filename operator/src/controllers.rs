@@ -1,0 +1,151 @@
+//! Wiring: one watch per kind feeds one cache; the event streams reach the controllers that
+//! need them.
+//!
+//! Deletions matter here (a deleted node changes its pool's status, a deleted topology ConfigMap
+//! must be written again), so node and ConfigMap events come from `touched_objects()`, which
+//! includes them. kube's shared-store subscriptions pass on applied objects only; they serve the
+//! pool events, where deletion goes through the finalizer as an update first.
+
+use std::sync::Arc;
+
+use fakegpu_api::{
+    GpuNodePool,
+    names::topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+};
+use futures::{Stream, StreamExt, channel::mpsc, future};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{
+        Controller, WatchStreamExt,
+        reflector::{self, ObjectRef},
+        watcher,
+    },
+};
+use tracing::{info, warn};
+
+use crate::{Context, node, pool};
+
+/// Buffered pool events per subscriber of the shared pool watch.
+const SUBSCRIBER_BUFFER: usize = 1024;
+
+/// Runs both controllers until a termination signal; returns once they have stopped.
+pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
+    let (pools, pool_writer) = reflector::store_shared::<GpuNodePool>(SUBSCRIBER_BUFFER);
+    let pool_events = pool_writer
+        .subscribe()
+        .ok_or_else(|| anyhow::anyhow!("a shared store has subscribers"))?;
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
+
+    let config = watcher::Config::default();
+    let pool_watch = log_errors(
+        watcher(Api::<GpuNodePool>::all(client.clone()), config.clone())
+            .default_backoff()
+            .reflect_shared(pool_writer),
+    )
+    .for_each(|_| future::ready(()));
+    let node_events = log_errors(
+        watcher(Api::<Node>::all(client.clone()), config.clone())
+            .default_backoff()
+            .reflect(node_writer)
+            .touched_objects(),
+    );
+    let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
+    let configmap_events = log_errors(
+        watcher(
+            Api::<ConfigMap>::namespaced(client.clone(), &namespace),
+            config.labels(&format!("{NODE_TOPOLOGY_LABEL}=true")),
+        )
+        .default_backoff()
+        .reflect(configmap_writer)
+        .touched_objects(),
+    );
+    // Driven here, not by the node controller: the controllers start only once this cache is full.
+    let (configmap_events, [configmap_events_for_nodes]) = fan_out(configmap_events);
+
+    let ctx = Arc::new(Context {
+        client,
+        namespace,
+        pools: pools.clone(),
+        nodes: nodes.clone(),
+        configmaps: configmaps.clone(),
+    });
+    let node_store = nodes.clone();
+    let node_controller = Controller::for_stream(for_node_controller.map(Ok), nodes.clone())
+        .watches_shared_stream(pool_events.clone(), move |pool| {
+            node::nodes_of_pool(&node_store.state(), &pool)
+        })
+        .watches_stream(configmap_events_for_nodes.map(Ok), |cm| {
+            cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
+        })
+        .shutdown_on_signal()
+        .run(node::reconcile, node::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "node controller");
+            }
+        });
+    let pool_store = pools.clone();
+    let pool_controller = Controller::for_shared_stream(pool_events, pools.clone())
+        .watches_stream(for_pool_controller.map(Ok), move |node| {
+            pool::pools_of_node(&pool_store.state(), &node)
+        })
+        .shutdown_on_signal()
+        .run(pool::reconcile, pool::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "pool controller");
+            }
+        });
+
+    let controllers = async {
+        // A node reconciled before the pools are known would look poolless and lose its labels.
+        pools.wait_until_ready().await?;
+        nodes.wait_until_ready().await?;
+        configmaps.wait_until_ready().await?;
+        info!("caches ready, starting controllers");
+        future::join(node_controller, pool_controller).await;
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        result = controllers => result,
+        () = pool_watch => anyhow::bail!("pool watch ended"),
+        () = node_events => anyhow::bail!("node watch ended"),
+        () = configmap_events => anyhow::bail!("ConfigMap watch ended"),
+    }
+}
+
+/// Logs watch errors (the backoff retries them) and passes the objects on.
+fn log_errors<K>(stream: impl Stream<Item = Result<K, watcher::Error>>) -> impl Stream<Item = K> {
+    stream.filter_map(|event| {
+        future::ready(match event {
+            Ok(object) => Some(object),
+            Err(error) => {
+                warn!(%error, "watch");
+                None
+            }
+        })
+    })
+}
+
+/// Copies every item of `source` into `N` streams. The returned future drives `source` and
+/// ends with it; the controllers drain their streams promptly (they deduplicate queued work).
+fn fan_out<T: Clone, const N: usize>(
+    source: impl Stream<Item = T>,
+) -> (impl Future<Output = ()>, [impl Stream<Item = T>; N]) {
+    let mut senders = Vec::with_capacity(N);
+    let receivers = std::array::from_fn(|_| {
+        let (sender, receiver) = mpsc::unbounded();
+        senders.push(sender);
+        receiver
+    });
+    let drive = source.for_each(move |item| {
+        for sender in &senders {
+            // A closed receiver means its controller stopped; shutdown is under way.
+            let _ = sender.unbounded_send(item.clone());
+        }
+        future::ready(())
+    });
+    (drive, receivers)
+}

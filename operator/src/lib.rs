@@ -1,0 +1,62 @@
+//! fakegpu-operator: reconciles GpuNodePools into what GPU-aware software reads.
+//!
+//! Two controllers share one set of watch caches (reflector stores):
+//! - [`node`]: per Node, the labels and the topology ConfigMap of the pool that owns it;
+//! - [`pool`]: per GpuNodePool, its status, conditions and the cleanup finalizer.
+//!
+//! Each concern keeps its desired state in pure functions (unit tested without a cluster) and
+//! writes through [`apply`], which skips writes when the cache already shows the desired state.
+
+pub mod apply;
+pub mod controllers;
+pub mod membership;
+pub mod node;
+pub mod pool;
+
+use fakegpu_api::GpuNodePool;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::{Client, runtime::reflector::Store};
+
+/// Everything that can fail in a reconcile. Operator-side problems with a pool's content are not
+/// errors: they become status conditions (see [`pool`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("topology document: {0}")]
+    Topology(#[from] fakegpu_api::topology::TopologyError),
+    #[error("pool finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// Short label for counting failures by kind.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Kube(_) => "kube",
+            Self::Topology(_) => "topology",
+            Self::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What every reconcile may use: the client and the shared caches.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    /// Namespace of the per-node topology ConfigMaps.
+    pub namespace: String,
+    pub pools: Store<GpuNodePool>,
+    pub nodes: Store<Node>,
+    pub configmaps: Store<ConfigMap>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,142 @@
+//! Which pool a node belongs to. Pure: reads only the objects it is given.
+//!
+//! A pool selects nodes by its `spec.nodeSelector`, or by default the nodes labelled
+//! `run.ai/simulated-gpu-node-pool=<pool name>`. When several pools select one node, the oldest
+//! pool (creation time, then name) owns it and the others report a conflict: a deterministic
+//! choice, so two pools never take turns on a node.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use fakegpu_api::{GpuNodePool, names::label};
+use kube::{
+    ResourceExt,
+    core::{ParseExpressionError, Selector, SelectorExt},
+};
+
+/// The node selector of a pool, defaulted.
+pub fn selector(pool: &GpuNodePool) -> Result<Selector, ParseExpressionError> {
+    match &pool.spec.node_selector {
+        Some(selector) => selector.clone().try_into(),
+        None => Ok(Selector::from_iter([kube::core::Expression::Equal(
+            label::NODE_POOL.to_owned(),
+            pool.name_any(),
+        )])),
+    }
+}
+
+/// Whether a live pool selects a node with these labels. A pool being deleted, or one whose
+/// selector does not parse, selects nothing.
+pub fn selects(pool: &GpuNodePool, labels: &BTreeMap<String, String>) -> bool {
+    pool.metadata.deletion_timestamp.is_none()
+        && selector(pool).is_ok_and(|selector| selector.matches(labels))
+}
+
+/// The pools that select a node, oldest first; the first one owns the node.
+pub fn selecting<'a>(
+    pools: &'a [Arc<GpuNodePool>],
+    labels: &BTreeMap<String, String>,
+) -> Vec<&'a Arc<GpuNodePool>> {
+    let mut selecting: Vec<_> = pools.iter().filter(|p| selects(p, labels)).collect();
+    selecting.sort_by(|a, b| {
+        let key = |p: &GpuNodePool| {
+            (
+                p.metadata.creation_timestamp.clone().map(|t| t.0),
+                p.name_any(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    selecting
+}
+
+/// The pool that owns a node, if any.
+pub fn owner(
+    pools: &[Arc<GpuNodePool>],
+    labels: &BTreeMap<String, String>,
+) -> Option<Arc<GpuNodePool>> {
+    selecting(pools, labels).first().map(|p| Arc::clone(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pool(name: &str, created: i64, spec: serde_json::Value) -> Arc<GpuNodePool> {
+        let mut pool: GpuNodePool = serde_json::from_value(json!({
+            "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .expect("test pool");
+        pool.metadata.creation_timestamp =
+            Some(Time(Timestamp::from_second(created).expect("time")));
+        Arc::new(pool)
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn default_selector_is_the_reference_pool_label() {
+        let pools = [pool("a100", 1, json!({"gpu": {"profile": "a100"}}))];
+        let member = labels(&[(label::NODE_POOL, "a100")]);
+        assert_eq!(
+            owner(&pools, &member).map(|p| p.name_any()),
+            Some("a100".into())
+        );
+        assert!(owner(&pools, &labels(&[(label::NODE_POOL, "other")])).is_none());
+        assert!(owner(&pools, &labels(&[])).is_none());
+    }
+
+    #[test]
+    fn explicit_selector_with_expressions() {
+        let pools = [pool(
+            "kwok",
+            1,
+            json!({"gpu": {"profile": "h100"}, "nodeSelector": {
+            "matchLabels": {"type": "kwok"},
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}}),
+        )];
+        assert!(owner(&pools, &labels(&[("type", "kwok"), ("zone", "b")])).is_some());
+        assert!(owner(&pools, &labels(&[("type", "kwok"), ("zone", "c")])).is_none());
+        assert!(owner(&pools, &labels(&[("zone", "a")])).is_none());
+    }
+
+    #[test]
+    fn oldest_pool_owns_a_contested_node() {
+        let everything =
+            json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"gpu": "yes"}}});
+        let pools = [
+            pool("young", 20, everything.clone()),
+            pool("old", 10, everything.clone()),
+            pool("also-old", 10, everything),
+        ];
+        let node = labels(&[("gpu", "yes")]);
+        let order: Vec<_> = selecting(&pools, &node)
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        assert_eq!(order, ["also-old", "old", "young"]);
+    }
+
+    #[test]
+    fn deleting_pools_and_bad_selectors_select_nothing() {
+        let mut deleting = (*pool("gone", 1, json!({"gpu": {"profile": "t4"}}))).clone();
+        deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();
+        let bad = pool(
+            "bad",
+            1,
+            json!({"gpu": {"profile": "t4"}, "nodeSelector": {
+            "matchExpressions": [{"key": "x", "operator": "Sometimes"}]}}),
+        );
+        let pools = [Arc::new(deleting), bad];
+        assert!(owner(&pools, &labels(&[(label::NODE_POOL, "gone"), ("x", "1")])).is_none());
+    }
+}

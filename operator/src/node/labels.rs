@@ -1,0 +1,243 @@
+//! The labels a pool's node carries: GPU feature discovery's set, the GPU Operator's deploy
+//! labels and the reference fake GPU operator's own, so selectors written for any of them match.
+
+use std::collections::BTreeMap;
+
+use fakegpu_api::{
+    names::{fakegpu::POOL_LABEL, label},
+    pool::{GpuNodePool, MigStrategy, resolve::ResolvedGpu},
+    profiles::product_label_value,
+};
+use kube::ResourceExt;
+
+/// Desired labels of a node owned by `pool`. `has_kubelet` is false for KWOK nodes, which get
+/// no deploy labels for node-local plugins (the operator serves them centrally).
+pub fn desired_labels(
+    pool: &GpuNodePool,
+    gpu: &ResolvedGpu,
+    has_kubelet: bool,
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut set = |key: &str, value: String| {
+        labels.insert(key.to_owned(), value);
+    };
+    let yes = || "true".to_owned();
+
+    set(POOL_LABEL, pool.name_any());
+    set(label::FAKE_GPU, yes());
+    set(label::GPU_PRESENT, yes());
+    set(label::GPU_PRODUCT, product_label_value(&gpu.product));
+    set(label::GPU_COUNT, gpu.count.to_string());
+    set(label::GPU_MEMORY, gpu.memory_mib.to_string());
+    set(label::GPU_REPLICAS, "1".into());
+    set(label::GPU_SHARING_STRATEGY, "none".into());
+    set(label::GPU_MODE, "compute".into());
+    if let Some(capability) = gpu.compute_capability {
+        set(label::GPU_FAMILY, capability.family().into());
+        set(label::GPU_COMPUTE_MAJOR, capability.major.to_string());
+        set(label::GPU_COMPUTE_MINOR, capability.minor.to_string());
+    }
+
+    let mut driver = gpu.driver_version.splitn(3, '.');
+    let (major, minor, revision) = (driver.next(), driver.next(), driver.next());
+    set(label::CUDA_DRIVER_VERSION_FULL, gpu.driver_version.clone());
+    for (keys, part) in [
+        (
+            [label::CUDA_DRIVER_VERSION_MAJOR, label::CUDA_DRIVER_MAJOR],
+            major,
+        ),
+        (
+            [label::CUDA_DRIVER_VERSION_MINOR, label::CUDA_DRIVER_MINOR],
+            minor,
+        ),
+        (
+            [label::CUDA_DRIVER_VERSION_REVISION, label::CUDA_DRIVER_REV],
+            revision,
+        ),
+    ] {
+        // GFD writes an empty revision for a two-part version such as `555.42`.
+        keys.into_iter()
+            .for_each(|key| set(key, part.unwrap_or_default().to_owned()));
+    }
+    let mut cuda = gpu.cuda_version.splitn(2, '.');
+    set(label::CUDA_RUNTIME_VERSION_FULL, gpu.cuda_version.clone());
+    let (cuda_major, cuda_minor) = (
+        cuda.next().unwrap_or_default(),
+        cuda.next().unwrap_or_default(),
+    );
+    set(label::CUDA_RUNTIME_VERSION_MAJOR, cuda_major.to_owned());
+    set(label::CUDA_RUNTIME_MAJOR, cuda_major.to_owned());
+    set(label::CUDA_RUNTIME_VERSION_MINOR, cuda_minor.to_owned());
+    set(label::CUDA_RUNTIME_MINOR, cuda_minor.to_owned());
+
+    let mig_capable = gpu.catalog.is_some_and(|p| p.mig_capable());
+    set(label::MIG_CAPABLE, mig_capable.to_string());
+    let strategy = match pool.spec.mig.as_ref().map(|m| m.strategy) {
+        None => "none",
+        Some(MigStrategy::Single) => "single",
+        Some(MigStrategy::Mixed) => "mixed",
+    };
+    set(label::MIG_STRATEGY, strategy.into());
+    set(label::MPS_CAPABLE, "false".into());
+    set(label::VGPU_PRESENT, "false".into());
+
+    set(label::DEPLOY_DCGM_EXPORTER, yes());
+    if has_kubelet {
+        if pool.spec.interfaces.device_plugin {
+            set(label::DEPLOY_DEVICE_PLUGIN, yes());
+        }
+        if pool.spec.interfaces.dra {
+            set(label::DEPLOY_DRA_PLUGIN, yes());
+        }
+    }
+    labels
+}
+
+/// Whether a node's labels already are what the operator wants: every desired label has its
+/// value, and no other label of the operator's set is left over.
+pub fn labels_current(
+    current: &BTreeMap<String, String>,
+    desired: &BTreeMap<String, String>,
+) -> bool {
+    desired.iter().all(|(k, v)| current.get(k) == Some(v))
+        && label::OPERATOR_SET
+            .iter()
+            .all(|key| desired.contains_key(*key) || !current.contains_key(*key))
+}
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_api::pool::resolve::resolve;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pool(spec: serde_json::Value) -> GpuNodePool {
+        serde_json::from_value(
+            json!({"apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+            "metadata": {"name": "p"}, "spec": spec}),
+        )
+        .expect("test pool")
+    }
+
+    fn labels_of(spec: serde_json::Value, has_kubelet: bool) -> BTreeMap<String, String> {
+        let pool = pool(spec);
+        let gpu = resolve(&pool.spec.gpu).expect("resolves");
+        desired_labels(&pool, &gpu, has_kubelet)
+    }
+
+    #[test]
+    fn h100_node_carries_the_gpu_feature_discovery_set() {
+        let labels = labels_of(json!({"gpu": {"profile": "h100"}}), false);
+        let expected = [
+            ("fakegpu.dev/pool", "p"),
+            ("run.ai/fake.gpu", "true"),
+            ("nvidia.com/gpu.present", "true"),
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+            ("nvidia.com/gpu.count", "8"),
+            ("nvidia.com/gpu.memory", "81559"),
+            ("nvidia.com/gpu.replicas", "1"),
+            ("nvidia.com/gpu.sharing-strategy", "none"),
+            ("nvidia.com/gpu.mode", "compute"),
+            ("nvidia.com/gpu.family", "hopper"),
+            ("nvidia.com/gpu.compute.major", "9"),
+            ("nvidia.com/gpu.compute.minor", "0"),
+            ("nvidia.com/cuda.driver-version.full", "550.163.01"),
+            ("nvidia.com/cuda.driver-version.major", "550"),
+            ("nvidia.com/cuda.driver-version.minor", "163"),
+            ("nvidia.com/cuda.driver-version.revision", "01"),
+            ("nvidia.com/cuda.driver.major", "550"),
+            ("nvidia.com/cuda.driver.minor", "163"),
+            ("nvidia.com/cuda.driver.rev", "01"),
+            ("nvidia.com/cuda.runtime-version.full", "12.4"),
+            ("nvidia.com/cuda.runtime-version.major", "12"),
+            ("nvidia.com/cuda.runtime-version.minor", "4"),
+            ("nvidia.com/cuda.runtime.major", "12"),
+            ("nvidia.com/cuda.runtime.minor", "4"),
+            ("nvidia.com/mig.capable", "true"),
+            ("nvidia.com/mig.strategy", "none"),
+            ("nvidia.com/mps.capable", "false"),
+            ("nvidia.com/vgpu.present", "false"),
+            ("nvidia.com/gpu.deploy.dcgm-exporter", "true"),
+        ];
+        let expected: BTreeMap<String, String> = expected
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(labels, expected);
+    }
+
+    #[test]
+    fn kubelet_nodes_get_deploy_labels_for_the_interfaces_served() {
+        let both = labels_of(
+            json!({"gpu": {"profile": "t4"}, "interfaces": {"devicePlugin": true, "dra": true}}),
+            true,
+        );
+        assert_eq!(
+            both.get(label::DEPLOY_DEVICE_PLUGIN).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            both.get(label::DEPLOY_DRA_PLUGIN).map(String::as_str),
+            Some("true")
+        );
+        let dra_only = labels_of(
+            json!({"gpu": {"profile": "t4"}, "interfaces": {"devicePlugin": false, "dra": true}}),
+            true,
+        );
+        assert!(!dra_only.contains_key(label::DEPLOY_DEVICE_PLUGIN));
+        let kwok = labels_of(
+            json!({"gpu": {"profile": "t4"}, "interfaces": {"dra": true}}),
+            false,
+        );
+        assert!(
+            !kwok.contains_key(label::DEPLOY_DEVICE_PLUGIN)
+                && !kwok.contains_key(label::DEPLOY_DRA_PLUGIN)
+        );
+    }
+
+    #[test]
+    fn unknown_products_have_no_family_and_two_part_drivers_no_revision() {
+        let labels = labels_of(
+            json!({"gpu": {"product": "Imaginary GPU", "count": 1, "memoryMiB": 1024,
+            "driverVersion": "555.42", "cudaVersion": "12.5"}, "mig": {"strategy": "mixed",
+            "layout": [{"profiles": ["1g.5gb"]}]}}),
+            false,
+        );
+        assert!(!labels.contains_key(label::GPU_FAMILY));
+        assert_eq!(labels[label::CUDA_DRIVER_VERSION_REVISION], "");
+        assert_eq!(labels[label::GPU_PRODUCT], "Imaginary-GPU");
+        assert_eq!(labels[label::MIG_STRATEGY], "mixed");
+        assert_eq!(labels[label::MIG_CAPABLE], "false");
+    }
+
+    #[test]
+    fn every_label_written_is_in_the_operator_set() {
+        let labels = labels_of(
+            json!({"gpu": {"profile": "a100"}, "interfaces": {"dra": true}}),
+            true,
+        );
+        for key in labels.keys() {
+            assert!(
+                label::OPERATOR_SET.contains(&key.as_str()),
+                "{key} missing from OPERATOR_SET"
+            );
+        }
+    }
+
+    #[test]
+    fn current_means_equal_values_and_no_leftovers() {
+        let desired = labels_of(json!({"gpu": {"profile": "a100"}}), false);
+        let mut current = desired.clone();
+        current.insert("kubernetes.io/hostname".into(), "n".into());
+        assert!(labels_current(&current, &desired));
+        current.insert(label::DEPLOY_DEVICE_PLUGIN.into(), "true".into());
+        assert!(
+            !labels_current(&current, &desired),
+            "leftover operator label"
+        );
+        let mut changed = desired.clone();
+        changed.insert(label::GPU_COUNT.into(), "4".into());
+        assert!(!labels_current(&changed, &desired));
+    }
+}

@@ -1,0 +1,208 @@
+//! The per-node topology ConfigMap: the document that the node agent, the metrics exporter and
+//! nvidia-smi read, built from the pool and the node.
+
+use std::collections::BTreeMap;
+
+use fakegpu_api::{
+    names::{fakegpu::POOL_LABEL, topology as names},
+    pool::{GpuNodePool, MigStrategy, NumaSpec, resolve::ResolvedGpu},
+    topology::{FORMAT_VERSION, GpuTopology, NodeTopology, OtherDevice, gpu_uuid},
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+/// Name of a node's topology ConfigMap.
+pub fn configmap_name(node: &str) -> String {
+    format!("{}{node}", names::CONFIGMAP_PREFIX)
+}
+
+/// NUMA zone of each GPU index: `gpusPerZone` when given, else an even spread with the first
+/// zones taking one more (the reference's rule). Zones are filled in index order.
+pub fn numa_zones(numa: &NumaSpec, gpus: u32) -> Vec<u32> {
+    let zones = numa.zones.max(1);
+    let per_zone: Vec<u32> = if numa.gpus_per_zone.is_empty() {
+        (0..zones)
+            .map(|zone| gpus / zones + u32::from(zone < gpus % zones))
+            .collect()
+    } else {
+        numa.gpus_per_zone.clone()
+    };
+    let mut placement: Vec<u32> = per_zone
+        .iter()
+        .zip(0..)
+        .flat_map(|(count, zone)| std::iter::repeat_n(zone, *count as usize))
+        .collect();
+    // A pool stored under an older CRD may not add up; the last zone takes what is left over.
+    placement.resize(gpus as usize, zones - 1);
+    placement
+}
+
+/// The topology of `node` as `pool` wants it. GPU usage already recorded in `previous` (by pod
+/// tracking) is kept for GPUs that still exist.
+pub fn desired_topology(
+    pool: &GpuNodePool,
+    gpu: &ResolvedGpu,
+    node: &str,
+    previous: Option<&NodeTopology>,
+) -> NodeTopology {
+    let zones = pool
+        .spec
+        .numa
+        .as_ref()
+        .map(|numa| numa_zones(numa, gpu.count));
+    let gpus = (0..gpu.count)
+        .map(|index| {
+            let id = gpu_uuid(node, index);
+            let status = previous
+                .and_then(|p| p.gpus.iter().find(|g| g.id == id))
+                .map(|g| g.status.clone())
+                .unwrap_or_default();
+            GpuTopology {
+                numa_node: zones.as_ref().and_then(|z| z.get(index as usize).copied()),
+                id,
+                index,
+                status,
+            }
+        })
+        .collect();
+    NodeTopology {
+        version: FORMAT_VERSION,
+        pool: pool.name_any(),
+        gpu_memory: gpu.memory_mib,
+        gpu_product: gpu.product.clone(),
+        driver_version: gpu.driver_version.clone(),
+        cuda_version: gpu.cuda_version.clone(),
+        mig_strategy: match pool.spec.mig.as_ref().map(|m| m.strategy) {
+            None => "none",
+            Some(MigStrategy::Single) => "single",
+            Some(MigStrategy::Mixed) => "mixed",
+        }
+        .into(),
+        other_devices: pool
+            .spec
+            .other_resources
+            .iter()
+            .map(|r| OtherDevice {
+                name: r.name.clone(),
+                count: r.count,
+            })
+            .collect(),
+        gpus,
+    }
+}
+
+/// The ConfigMap holding `document` for `node`. It is owned by the Node, so the garbage
+/// collector removes it with the node; the operator deletes it when the node leaves its pool.
+pub fn desired_configmap(namespace: &str, node: &Node, pool: &str, document: String) -> ConfigMap {
+    let name = node.name_any();
+    let labels = BTreeMap::from([
+        (names::NODE_TOPOLOGY_LABEL.to_owned(), "true".to_owned()),
+        (names::NODE_NAME_LABEL.to_owned(), name.clone()),
+        (POOL_LABEL.to_owned(), pool.to_owned()),
+    ]);
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(configmap_name(&name)),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels),
+            owner_references: node.controller_owner_ref(&()).map(|owner| vec![owner]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(names::DATA_KEY.to_owned(), document)])),
+        ..Default::default()
+    }
+}
+
+/// Whether the cached ConfigMap already is the desired one (what this operator sets of it).
+pub fn configmap_current(current: &ConfigMap, desired: &ConfigMap) -> bool {
+    let labels_match = desired
+        .labels()
+        .iter()
+        .all(|(k, v)| current.labels().get(k) == Some(v));
+    let owners_match = desired.owner_references() == current.owner_references();
+    labels_match && owners_match && current.data == desired.data
+}
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_api::pool::resolve::resolve;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pool(spec: serde_json::Value) -> GpuNodePool {
+        serde_json::from_value(
+            json!({"apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+            "metadata": {"name": "p"}, "spec": spec}),
+        )
+        .expect("test pool")
+    }
+
+    fn numa(value: serde_json::Value) -> NumaSpec {
+        serde_json::from_value(value).expect("test numa")
+    }
+
+    #[test]
+    fn gpus_spread_over_zones_like_the_reference() {
+        assert_eq!(
+            numa_zones(&numa(json!({"zones": 2})), 8),
+            [0, 0, 0, 0, 1, 1, 1, 1]
+        );
+        assert_eq!(
+            numa_zones(&numa(json!({"zones": 3})), 8),
+            [0, 0, 0, 1, 1, 1, 2, 2]
+        );
+        assert_eq!(
+            numa_zones(&numa(json!({"zones": 2, "gpusPerZone": [1, 3]})), 4),
+            [0, 1, 1, 1]
+        );
+        assert_eq!(
+            numa_zones(&numa(json!({"zones": 2, "gpusPerZone": [1, 1]})), 4),
+            [0, 1, 1, 1]
+        );
+    }
+
+    #[test]
+    fn document_lists_every_gpu_with_deterministic_ids() {
+        let pool = pool(json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2},
+            "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}));
+        let gpu = resolve(&pool.spec.gpu).expect("resolves");
+        let document = desired_topology(&pool, &gpu, "node-1", None);
+        assert_eq!(document.gpus.len(), 8);
+        assert_eq!(document.gpus[5].id, gpu_uuid("node-1", 5));
+        assert_eq!(document.gpus[5].numa_node, Some(1));
+        assert_eq!(
+            (document.gpu_memory, document.gpu_product.as_str()),
+            (40960, "NVIDIA A100-SXM4-40GB")
+        );
+        assert_eq!(document.other_devices[0].name, "nvidia.com/hostdev");
+        assert_eq!(document.mig_strategy, "none");
+        assert_eq!(document, desired_topology(&pool, &gpu, "node-1", None));
+    }
+
+    #[test]
+    fn usage_recorded_by_pod_tracking_survives_a_rebuild() {
+        let pool = pool(json!({"gpu": {"profile": "t4"}}));
+        let gpu = resolve(&pool.spec.gpu).expect("resolves");
+        let mut previous = desired_topology(&pool, &gpu, "n", None);
+        previous.gpus[1].status.allocated_by.pod = "train-0".into();
+        let rebuilt = desired_topology(&pool, &gpu, "n", Some(&previous));
+        assert_eq!(rebuilt.gpus[1].status.allocated_by.pod, "train-0");
+        assert_eq!(rebuilt.gpus[0].status, Default::default());
+    }
+
+    #[test]
+    fn configmap_is_labelled_and_owned_by_the_node() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u-1"}}))
+            .expect("test node");
+        let cm = desired_configmap("fakegpu-system", &node, "p", "doc".into());
+        assert_eq!(cm.name_any(), "topology-n");
+        assert_eq!(cm.labels()["node-topology"], "true");
+        assert_eq!(cm.labels()["node-name"], "n");
+        assert_eq!(cm.owner_references()[0].uid, "u-1");
+        assert!(configmap_current(&cm, &cm));
+        let mut edited = cm.clone();
+        edited.data = Some(BTreeMap::from([("topology.yml".into(), "garbage".into())]));
+        assert!(!configmap_current(&edited, &cm));
+    }
+}

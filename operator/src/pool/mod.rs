@@ -1,0 +1,110 @@
+//! The pool controller: writes each GpuNodePool's status and conditions, records Events when a
+//! condition turns bad, and on deletion takes the pool's labels off its nodes (finalizer).
+
+pub mod status;
+
+use std::{sync::Arc, time::Duration};
+
+use fakegpu_api::{
+    GpuNodePool,
+    names::fakegpu::{POOL_FINALIZER, POOL_LABEL},
+};
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{
+        controller::Action,
+        events::{Event as KubeEvent, EventType, Recorder},
+        finalizer::{Event, finalizer},
+        reflector::ObjectRef,
+    },
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::{Context, Error, Result, apply, membership, node};
+
+pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
+    let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
+    finalizer(&pools, POOL_FINALIZER, pool, |event| async {
+        match event {
+            Event::Apply(pool) => write_status(&pool, &ctx).await,
+            Event::Cleanup(pool) => cleanup(&pool, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|error| Error::Finalizer(Box::new(error)))
+}
+
+async fn write_status(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
+    let now = Time(Timestamp::now());
+    let desired = status::desired_status(pool, &ctx.pools.state(), &ctx.nodes.state(), &now);
+    if pool.status.as_ref() == Some(&desired) {
+        return Ok(Action::await_change());
+    }
+    let name = pool.name_any();
+    let before = status::conditions_by_type(pool.status.as_ref());
+    for condition in &desired.conditions {
+        let bad = (condition.type_ == status::READY
+            && condition.status == "False"
+            && condition.reason != "Progressing")
+            || (condition.type_ == status::CONFLICT && condition.status == "True");
+        let changed = before
+            .get(&condition.type_)
+            .is_none_or(|old| old.reason != condition.reason || old.message != condition.message);
+        if bad && changed {
+            warn!(pool = %name, reason = %condition.reason, message = %condition.message, "pool problem");
+            publish_warning(ctx, pool, &condition.reason, &condition.message).await;
+        }
+    }
+    let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
+    let patch = json!({"apiVersion": GpuNodePool::api_version(&()), "kind": GpuNodePool::kind(&()), "status": desired});
+    apply::apply_status(&pools, &name, &patch).await?;
+    Ok(Action::await_change())
+}
+
+/// Events are for people reading `kubectl describe`; failing to record one must not fail the
+/// reconcile.
+async fn publish_warning(ctx: &Context, pool: &GpuNodePool, reason: &str, message: &str) {
+    let recorder = Recorder::new(ctx.client.clone(), "fakegpu-operator".into());
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: reason.to_owned(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &pool.object_ref(&())).await {
+        warn!(pool = %pool.name_any(), %error, "could not record Event");
+    }
+}
+
+/// Before the pool goes, its nodes lose the pool's labels and topology ConfigMaps; a node that
+/// another pool selects is then picked up by that pool.
+async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
+    let name = pool.name_any();
+    info!(pool = %name, "pool deleted: releasing its nodes");
+    for node in ctx.nodes.state() {
+        if node.labels().get(POOL_LABEL) == Some(&name) {
+            node::release(ctx, &node).await?;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Pools a node event concerns: those that select it and the one it is labelled for.
+pub fn pools_of_node(pools: &[Arc<GpuNodePool>], node: &Node) -> Vec<ObjectRef<GpuNodePool>> {
+    let labelled_for = node.labels().get(POOL_LABEL);
+    pools
+        .iter()
+        .filter(|pool| {
+            membership::selects(pool, node.labels()) || labelled_for == Some(&pool.name_any())
+        })
+        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+        .collect()
+}

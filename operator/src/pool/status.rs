@@ -1,0 +1,319 @@
+//! A pool's status as the caches show it. Pure: the controller compares the result with the
+//! stored status and writes only a difference.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use fakegpu_api::{
+    GpuNodePool, GpuNodePoolStatus,
+    names::fakegpu::POOL_LABEL,
+    pool::{PoolNodeStatus, resolve::resolve},
+};
+use k8s_openapi::{
+    api::core::v1::Node,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
+use kube::ResourceExt;
+
+use crate::{membership, node::has_kubelet};
+
+/// Condition types.
+pub const READY: &str = "Ready";
+pub const CONFLICT: &str = "Conflict";
+
+/// At most this many nodes are listed in `status.nodes`.
+pub const MAX_LISTED_NODES: usize = 100;
+
+/// How many contested nodes a Conflict message names.
+const NAMED_CONFLICTS: usize = 3;
+
+/// The status `pool` should have. `now` stamps conditions whose status or reason changed;
+/// unchanged conditions keep their previous transition time, so an unchanged pool yields an
+/// unchanged status.
+pub fn desired_status(
+    pool: &GpuNodePool,
+    pools: &[Arc<GpuNodePool>],
+    nodes: &[Arc<Node>],
+    now: &Time,
+) -> GpuNodePoolStatus {
+    let name = pool.name_any();
+    let generation = pool.metadata.generation;
+    let resolved = resolve(&pool.spec.gpu);
+    let gpus_per_node = resolved.as_ref().map(|g| g.count).unwrap_or_default();
+
+    let mut labelled: Vec<&Arc<Node>> = nodes
+        .iter()
+        .filter(|n| n.labels().get(POOL_LABEL) == Some(&name))
+        .collect();
+    labelled.sort_by_key(|n| n.name_any());
+    let mut wanted = 0usize;
+    let mut contested = Vec::new();
+    for node in nodes {
+        let selecting = membership::selecting(pools, node.labels());
+        if selecting.iter().any(|p| p.name_any() == name) {
+            if selecting.first().is_some_and(|p| p.name_any() == name) {
+                wanted += 1;
+            }
+            if selecting.len() > 1 {
+                let others: Vec<String> = selecting
+                    .iter()
+                    .map(|p| p.name_any())
+                    .filter(|p| *p != name)
+                    .collect();
+                contested.push(format!(
+                    "{} (also {}; {} owns it)",
+                    node.name_any(),
+                    others.join(", "),
+                    selecting[0].name_any()
+                ));
+            }
+        }
+    }
+    let in_place = labelled.len() == wanted;
+
+    let ready = match (&resolved, membership::selector(pool)) {
+        (Err(error), _) => condition(READY, false, error.reason(), error.to_string()),
+        (_, Err(error)) => condition(
+            READY,
+            false,
+            "InvalidSelector",
+            format!("spec.nodeSelector: {error}"),
+        ),
+        (Ok(_), Ok(_)) if !in_place => condition(
+            READY,
+            false,
+            "Progressing",
+            format!("{} of {wanted} nodes carry the pool's GPUs", labelled.len()),
+        ),
+        (Ok(gpu), Ok(_)) => condition(
+            READY,
+            true,
+            "Reconciled",
+            format!(
+                "{} nodes with {} {} each",
+                labelled.len(),
+                gpu.count,
+                gpu.product
+            ),
+        ),
+    };
+    let conflict = if contested.is_empty() {
+        condition(
+            CONFLICT,
+            false,
+            "NoConflict",
+            "no node is selected by another pool".into(),
+        )
+    } else {
+        let more = contested.len().saturating_sub(NAMED_CONFLICTS);
+        let mut message = format!("{} nodes selected by several pools: ", contested.len());
+        message.push_str(&contested[..contested.len().min(NAMED_CONFLICTS)].join(", "));
+        if more > 0 {
+            message.push_str(&format!(" and {more} more"));
+        }
+        condition(CONFLICT, true, "NodeSelectedByOtherPools", message)
+    };
+
+    let previous = pool
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let conditions = [ready, conflict]
+        .into_iter()
+        .map(|mut c| {
+            c.observed_generation = generation;
+            c.last_transition_time = previous
+                .iter()
+                .find(|p| p.type_ == c.type_ && p.status == c.status && p.reason == c.reason)
+                .map(|p| p.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            c
+        })
+        .collect();
+
+    let node_count = u32::try_from(labelled.len()).unwrap_or(u32::MAX);
+    GpuNodePoolStatus {
+        observed_generation: generation,
+        conditions,
+        product: resolved.as_ref().ok().map(|g| g.product.clone()),
+        node_count,
+        gpu_count: node_count.saturating_mul(gpus_per_node),
+        allocated_gpus: 0,
+        nodes: labelled
+            .iter()
+            .take(MAX_LISTED_NODES)
+            .map(|n| PoolNodeStatus {
+                name: n.name_any(),
+                gpus: gpus_per_node,
+                allocated_gpus: 0,
+                kwok: !has_kubelet(n),
+            })
+            .collect(),
+    }
+}
+
+fn condition(type_: &str, status: bool, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: None,
+        // Replaced by desired_status with the previous or the current time.
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    }
+}
+
+/// Conditions by type, for comparing an old status with a new one.
+pub fn conditions_by_type(status: Option<&GpuNodePoolStatus>) -> BTreeMap<String, Condition> {
+    status
+        .map(|s| {
+            s.conditions
+                .iter()
+                .map(|c| (c.type_.clone(), c.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pool(name: &str, created: i64, spec: serde_json::Value) -> Arc<GpuNodePool> {
+        let mut pool: GpuNodePool = serde_json::from_value(json!({
+            "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+            "metadata": {"name": name, "generation": 3}, "spec": spec,
+        }))
+        .expect("test pool");
+        pool.metadata.creation_timestamp = Some(time(created));
+        Arc::new(pool)
+    }
+
+    fn node(name: &str, labels: serde_json::Value) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake"}}}))
+            .expect("test node"),
+        )
+    }
+
+    fn time(second: i64) -> Time {
+        Time(Timestamp::from_second(second).expect("time"))
+    }
+
+    fn find<'a>(status: &'a GpuNodePoolStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .expect("condition present")
+    }
+
+    #[test]
+    fn ready_when_every_selected_node_carries_the_labels() {
+        let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
+        let nodes = [
+            node(
+                "n1",
+                json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
+            ),
+            node(
+                "n2",
+                json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
+            ),
+            node("other", json!({})),
+        ];
+        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &time(100));
+        assert_eq!((status.node_count, status.gpu_count), (2, 8));
+        assert_eq!(status.product.as_deref(), Some("Tesla T4"));
+        assert_eq!(status.observed_generation, Some(3));
+        let ready = find(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Reconciled")
+        );
+        assert_eq!(
+            status
+                .nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>(),
+            ["n1", "n2"]
+        );
+        assert!(status.nodes.iter().all(|n| n.kwok && n.gpus == 4));
+        assert_eq!(find(&status, CONFLICT).status, "False");
+    }
+
+    #[test]
+    fn progressing_until_nodes_are_labelled() {
+        let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
+        let nodes = [node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"}))];
+        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &time(100));
+        let ready = find(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "Progressing")
+        );
+        assert_eq!(ready.message, "0 of 1 nodes carry the pool's GPUs");
+    }
+
+    #[test]
+    fn unknown_profile_is_a_condition() {
+        let a = pool("a", 1, json!({"gpu": {"profile": "future-gpu"}}));
+        let status = desired_status(&a, std::slice::from_ref(&a), &[], &time(100));
+        let ready = find(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "UnknownProfile")
+        );
+        assert!(ready.message.contains("future-gpu"));
+        assert_eq!(status.product, None);
+    }
+
+    #[test]
+    fn both_pools_of_a_contested_node_report_the_conflict() {
+        let spec =
+            json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"gpu": "yes"}}});
+        let (old, young) = (pool("old", 1, spec.clone()), pool("young", 2, spec));
+        let pools = [old.clone(), young.clone()];
+        let nodes = [node("n1", json!({"gpu": "yes", "fakegpu.dev/pool": "old"}))];
+        for pool in [&old, &young] {
+            let status = desired_status(pool, &pools, &nodes, &time(100));
+            let conflict = find(&status, CONFLICT);
+            assert_eq!(conflict.status, "True", "{}", pool.name_any());
+            assert!(
+                conflict.message.contains("n1 (also"),
+                "{}",
+                conflict.message
+            );
+            assert!(
+                conflict.message.contains("old owns it"),
+                "{}",
+                conflict.message
+            );
+        }
+        // The young pool owns nothing and wants nothing: it is in place, not progressing.
+        let status = desired_status(&young, &pools, &nodes, &time(100));
+        assert_eq!(
+            (status.node_count, find(&status, READY).status.as_str()),
+            (0, "True")
+        );
+    }
+
+    #[test]
+    fn unchanged_pool_gives_an_identical_status() {
+        let mut a = (*pool("a", 1, json!({"gpu": {"profile": "t4"}}))).clone();
+        let nodes = [node(
+            "n1",
+            json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
+        )];
+        let first = desired_status(&a, &[Arc::new(a.clone())], &nodes, &time(100));
+        a.status = Some(first.clone());
+        let second = desired_status(&a, &[Arc::new(a.clone())], &nodes, &time(200));
+        assert_eq!(first, second);
+    }
+}
