@@ -5,6 +5,7 @@
 #
 #   hack/operator.sh install   kubectl apply -k config/ (namespace, CRDs, RBAC, Deployment)
 #   hack/operator.sh start     install, build, start in the background with a ServiceAccount token
+#   hack/operator.sh restart   stop and start again with the binary already built (a full resync)
 #   hack/operator.sh stop      stop the operator that `start` started
 #
 # Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster).
@@ -64,6 +65,11 @@ stop() {
 start() {
   install
   (cd "$repo" && cargo build --quiet -p fakegpu-operator)
+  launch
+}
+
+launch() {
+  [[ -x $repo/target/debug/fakegpu-operator ]] || die "not built yet: run $0 start"
   stop
   mkdir -p "$dir/run" "$dir/logs"
   local kc logfile=$dir/logs/operator.log
@@ -82,6 +88,7 @@ start() {
 case ${1:-} in
   install) install ;;
   start) start ;;
+  restart) launch ;;
   stop) stop ;;
-  *) echo "usage: $0 {install|start|stop}" >&2; exit 2 ;;
+  *) echo "usage: $0 {install|start|restart|stop}" >&2; exit 2 ;;
 esac

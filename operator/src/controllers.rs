@@ -1,10 +1,11 @@
 //! Wiring: one watch per kind feeds one cache; the event streams reach the controllers that
 //! need them.
 //!
-//! Deletions matter here (a deleted node changes its pool's status, a deleted topology ConfigMap
-//! must be written again), so node and ConfigMap events come from `touched_objects()`, which
-//! includes them. kube's shared-store subscriptions pass on applied objects only; they serve the
-//! pool events, where deletion goes through the finalizer as an update first.
+//! Every kind goes the same way: watcher -> reflector (the cache reconciles read) ->
+//! `touched_objects()` (applied *and* deleted objects: a deleted node changes its pool's status,
+//! a deleted topology ConfigMap must be written again) -> a fan-out to the controllers that need
+//! the events. kube's shared-store subscriptions were not used: they pass on applied objects
+//! only, and under load a pool deletion was seen to go unnoticed through them.
 
 use std::sync::Arc;
 
@@ -26,25 +27,27 @@ use tracing::{info, warn};
 
 use crate::{Context, node, pool};
 
-/// Buffered pool events per subscriber of the shared pool watch.
-const SUBSCRIBER_BUFFER: usize = 1024;
-
 /// Runs both controllers until a termination signal; returns once they have stopped.
 pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
-    let (pools, pool_writer) = reflector::store_shared::<GpuNodePool>(SUBSCRIBER_BUFFER);
-    let pool_events = pool_writer
-        .subscribe()
-        .ok_or_else(|| anyhow::anyhow!("a shared store has subscribers"))?;
+    let (pools, pool_writer) = reflector::store::<GpuNodePool>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
 
     let config = watcher::Config::default();
-    let pool_watch = log_errors(
+    let pool_events = log_errors(
         watcher(Api::<GpuNodePool>::all(client.clone()), config.clone())
             .default_backoff()
-            .reflect_shared(pool_writer),
-    )
-    .for_each(|_| future::ready(()));
+            .reflect(pool_writer)
+            .touched_objects(),
+    );
+    let (
+        pool_events,
+        [
+            pools_for_pool_controller,
+            pools_for_other_pools,
+            pools_for_node_controller,
+        ],
+    ) = fan_out(pool_events);
     let node_events = log_errors(
         watcher(Api::<Node>::all(client.clone()), config.clone())
             .default_backoff()
@@ -73,7 +76,7 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_stream(for_node_controller.map(Ok), nodes.clone())
-        .watches_shared_stream(pool_events.clone(), move |pool| {
+        .watches_stream(pools_for_node_controller.map(Ok), move |pool| {
             node::nodes_of_pool(&node_store.state(), &pool)
         })
         .watches_stream(configmap_events_for_nodes.map(Ok), |cm| {
@@ -87,7 +90,21 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
             }
         });
     let pool_store = pools.clone();
-    let pool_controller = Controller::for_shared_stream(pool_events, pools.clone())
+    let every_pool = pools.clone();
+    let pool_controller = Controller::for_stream(pools_for_pool_controller.map(Ok), pools.clone())
+        // One pool's change can start or end another's conflict without any node changing
+        // (the older pool keeps its node). Statuses are pure to compute and written only when
+        // they differ, so every pool is looked at again.
+        .watches_stream(
+            pools_for_other_pools.map(Ok),
+            move |_changed: GpuNodePool| {
+                every_pool
+                    .state()
+                    .iter()
+                    .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .watches_stream(for_pool_controller.map(Ok), move |node| {
             pool::pools_of_node(&pool_store.state(), &node)
         })
@@ -110,7 +127,7 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
     };
     tokio::select! {
         result = controllers => result,
-        () = pool_watch => anyhow::bail!("pool watch ended"),
+        () = pool_events => anyhow::bail!("pool watch ended"),
         () = node_events => anyhow::bail!("node watch ended"),
         () = configmap_events => anyhow::bail!("ConfigMap watch ended"),
     }
