@@ -25,8 +25,12 @@ export FAKEGPU_ETCD_PORT=12379 FAKEGPU_ETCD_PEER_PORT=12380 FAKEGPU_APISERVER_PO
 export FAKEGPU_KCM_PORT=20257 FAKEGPU_SCHEDULER_PORT=20259 FAKEGPU_KWOK_PORT=20247
 hack/cluster.sh down >/dev/null 2>&1 || true
 rm -rf "$FAKEGPU_CLUSTER_DIR"
-trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
+trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
 
+step "operator from the install bundle (its ServiceAccount, its RBAC)"
+hack/operator.sh start
+
 step "e2e tests (KUBECONFIG=$KUBECONFIG)"
-cargo test --locked -p fakegpu-e2e
+# --nocapture: the idempotence test prints the measured writes per node.
+cargo test --locked -p fakegpu-e2e -- --nocapture

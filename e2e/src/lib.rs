@@ -200,3 +200,115 @@ pub fn api_error(error: &kube::Error) -> Option<(u16, &str)> {
         _ => None,
     }
 }
+
+/// Polls `check` every 200 ms until it returns `Some`, or fails after `timeout` with `what`
+/// and the last reason `check` gave.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => "condition not met".to_owned(),
+            Err(error) => format!("{error:#}"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            bail!("{what}: not within {timeout:?} ({last})");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Creates a node that KWOK manages (annotation, `type=kwok`, the KWOK taint) with extra labels.
+pub async fn create_kwok_node(
+    client: &Client,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<k8s_openapi::api::core::v1::Node> {
+    use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
+    let mut all_labels = std::collections::BTreeMap::from([
+        ("type".to_owned(), "kwok".to_owned()),
+        ("kubernetes.io/hostname".to_owned(), name.to_owned()),
+    ]);
+    all_labels.extend(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(all_labels),
+            annotations: Some(std::collections::BTreeMap::from([(
+                "kwok.x-k8s.io/node".to_owned(),
+                "fake".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "kwok.x-k8s.io/node".into(),
+                value: Some("fake".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .with_context(|| format!("creating node {name}"))
+}
+
+/// The namespace of the running operator's topology ConfigMaps (hack/operator.sh).
+pub const OPERATOR_NAMESPACE: &str = "fakegpu-system";
+
+/// The user the operator runs as: the install bundle's ServiceAccount.
+pub const OPERATOR_USER: &str = "system:serviceaccount:fakegpu-system:fakegpu-operator";
+
+/// Mutating requests the operator made, from the API server's audit log (hack/cluster.sh
+/// records writes only), as `verb resource/name[/subresource]`, in order.
+pub fn operator_writes() -> anyhow::Result<Vec<String>> {
+    let dir = std::env::var_os("FAKEGPU_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cache/cluster"));
+    let text = std::fs::read_to_string(dir.join("logs/audit.log"))
+        .context("reading the API server's audit log")?;
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let entry: serde_json::Value = serde_json::from_str(line)?;
+        if entry["user"]["username"] != OPERATOR_USER || entry["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let object = &entry["objectRef"];
+        let mut write = format!(
+            "{} {}/{}",
+            entry["verb"].as_str().unwrap_or_default(),
+            object["resource"].as_str().unwrap_or_default(),
+            object["name"].as_str().unwrap_or_default()
+        );
+        if let Some(subresource) = object["subresource"].as_str() {
+            write.push('/');
+            write.push_str(subresource);
+        }
+        writes.push(write);
+    }
+    Ok(writes)
+}
+
+/// Runs a hack/ script with the test's environment; fails on a non-zero exit.
+pub fn hack(script: &str, args: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new(repo_root().join("hack").join(script))
+        .args(args)
+        .status()
+        .with_context(|| format!("running hack/{script}"))?;
+    if !status.success() {
+        bail!("hack/{script} {} failed: {status}", args.join(" "));
+    }
+    Ok(())
+}

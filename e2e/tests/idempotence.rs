@@ -1,0 +1,96 @@
+//! A resync with nothing changed issues no write. Counted from the API server's audit log (every
+//! mutating request the operator's ServiceAccount makes) across an operator restart, which
+//! resyncs every object. Alone in its test binary: it restarts the shared operator, and cargo
+//! runs test binaries one after another.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use fakegpu_api::{GpuNodePool, names::label};
+use fakegpu_e2e::{
+    admin_client, create_kwok_node, eventually, hack, install_crds, operator_writes, unique_name,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, PostParams},
+};
+use serde_json::json;
+
+const NODES: usize = 4;
+
+#[tokio::test]
+async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("idem");
+    let names: Vec<String> = (0..NODES).map(|i| format!("{pool}-{i}")).collect();
+    let writes_before = operator_writes()?.len();
+    for name in &names {
+        create_kwok_node(&client, name, &[(label::NODE_POOL, &pool)]).await?;
+    }
+    let pools: Api<GpuNodePool> = Api::all(client.clone());
+    let object: GpuNodePool = serde_json::from_value(json!({
+        "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+        "metadata": {"name": pool}, "spec": {"gpu": {"profile": "h100"}, "numa": {"zones": 2}},
+    }))?;
+    pools.create(&PostParams::default(), &object).await?;
+
+    let result = async {
+        eventually("pool converged (is the operator running?)", Duration::from_secs(30), || async {
+            let p = pools.get(&pool).await?;
+            let ready = p.status.as_ref().is_some_and(|s| {
+                s.node_count as usize == NODES
+                    && s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            Ok(ready.then_some(()))
+        })
+        .await?;
+        // Let in-flight echoes of the first pass settle before counting.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let first_pass: Vec<String> = operator_writes()?[writes_before..]
+            .iter()
+            .filter(|w| w.contains(&pool))
+            .cloned()
+            .collect();
+        let per_node = |kind: &str| first_pass.iter().filter(|w| w.starts_with("patch") && w.contains(kind)).count();
+        println!(
+            "first reconcile of {NODES} nodes: {} writes ({} node, {} ConfigMap, {} pool) = {:.2} per node",
+            first_pass.len(),
+            per_node("nodes/"),
+            per_node("configmaps/"),
+            per_node("gpunodepools/"),
+            first_pass.len() as f64 / NODES as f64
+        );
+
+        let before_restart = operator_writes()?.len();
+        hack("operator.sh", &["restart"])?;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let resync = operator_writes()?[before_restart..].to_vec();
+        println!("resync after restart: {} writes", resync.len());
+        ensure!(resync.is_empty(), "the operator wrote on a resync with nothing changed: {resync:#?}");
+        let node_writes = per_node("nodes/") + per_node("configmaps/");
+        ensure!(
+            node_writes <= 3 * NODES,
+            "first reconcile took {node_writes} node and ConfigMap writes for {NODES} nodes: {first_pass:#?}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+
+    let _ = pools.delete(&pool, &DeleteParams::default()).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("pool cleaned up", Duration::from_secs(30), || async {
+        Ok(pools.get_opt(&pool).await?.is_none().then_some(()))
+    })
+    .await?;
+    for name in &names {
+        let node = nodes.get(name).await?;
+        ensure!(
+            !node.labels().contains_key("fakegpu.dev/pool"),
+            "{name} kept its pool label"
+        );
+        nodes.delete(name, &DeleteParams::default()).await?;
+    }
+    result
+}

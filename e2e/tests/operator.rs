@@ -1,0 +1,445 @@
+//! The operator against the real control plane, running as the install bundle's ServiceAccount
+//! (hack/test.sh starts it with hack/operator.sh): pools label KWOK nodes and write topology
+//! ConfigMaps, follow edits, clean up, report conflicts and bad profiles.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::{Context, ensure};
+use fakegpu_api::{
+    GpuNodePool,
+    names::{label, topology as topology_names},
+    topology::{NodeTopology, gpu_uuid},
+};
+use fakegpu_e2e::{
+    OPERATOR_NAMESPACE, admin_client, create_kwok_node, eventually, install_crds, unique_name,
+};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Node},
+    events::v1::Event,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+/// Convergence bound for the operator; generous for a loaded 2-core CI machine.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn pools(client: &Client) -> Api<GpuNodePool> {
+    Api::all(client.clone())
+}
+
+fn nodes(client: &Client) -> Api<Node> {
+    Api::all(client.clone())
+}
+
+fn configmaps(client: &Client) -> Api<ConfigMap> {
+    Api::namespaced(client.clone(), OPERATOR_NAMESPACE)
+}
+
+async fn create_pool(client: &Client, name: &str, spec: Value) -> anyhow::Result<()> {
+    let pool: GpuNodePool = serde_json::from_value(json!({
+        "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+        "metadata": {"name": name}, "spec": spec,
+    }))?;
+    pools(client).create(&PostParams::default(), &pool).await?;
+    Ok(())
+}
+
+fn condition<'a>(pool: &'a GpuNodePool, type_: &str) -> Option<(&'a str, &'a str)> {
+    let condition = pool
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((condition.status.as_str(), condition.reason.as_str()))
+}
+
+/// Waits until the pool's status is current, Ready, and counts `nodes` nodes.
+async fn ready_pool(client: &Client, name: &str, nodes: u32) -> anyhow::Result<GpuNodePool> {
+    eventually(
+        &format!("pool {name} Ready with {nodes} nodes (is the operator running?)"),
+        CONVERGE,
+        || async {
+            let pool = pools(client).get(name).await?;
+            let status = pool.status.as_ref();
+            let current = status.and_then(|s| s.observed_generation) == pool.metadata.generation;
+            let ready = condition(&pool, "Ready") == Some(("True", "Reconciled"));
+            let counted = status.is_some_and(|s| s.node_count == nodes);
+            Ok((current && ready && counted).then_some(pool))
+        },
+    )
+    .await
+}
+
+fn operator_labels(node: &Node) -> BTreeMap<String, String> {
+    node.labels()
+        .iter()
+        .filter(|(k, _)| label::OPERATOR_SET.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+async fn topology_of(
+    client: &Client,
+    node: &str,
+) -> anyhow::Result<Option<(ConfigMap, NodeTopology)>> {
+    let name = format!("{}{node}", topology_names::CONFIGMAP_PREFIX);
+    let Some(cm) = configmaps(client).get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(topology_names::DATA_KEY))
+        .context("topology ConfigMap without topology.yml")?;
+    let document = NodeTopology::from_yaml(text)?;
+    Ok(Some((cm, document)))
+}
+
+async fn delete_nodes(client: &Client, names: &[String]) {
+    for name in names {
+        let _ = nodes(client).delete(name, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test]
+async fn pool_labels_its_nodes_follows_edits_and_cleans_up() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("life");
+    let names = [format!("{pool}-a"), format!("{pool}-b")];
+    for name in &names {
+        create_kwok_node(&client, name, &[(label::NODE_POOL, &pool)]).await?;
+    }
+    let result = lifecycle(&client, &pool, &names).await;
+    delete_nodes(&client, &names).await;
+    result
+}
+
+async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::Result<()> {
+    create_pool(
+        client,
+        pool,
+        json!({"gpu": {"profile": "a100", "count": 2}, "numa": {"zones": 2}}),
+    )
+    .await?;
+    let status = ready_pool(client, pool, 2)
+        .await?
+        .status
+        .unwrap_or_default();
+    ensure!(
+        status.product.as_deref() == Some("NVIDIA A100-SXM4-40GB"),
+        "{status:?}"
+    );
+    ensure!(
+        status.gpu_count == 4 && status.allocated_gpus == 0,
+        "{status:?}"
+    );
+    let listed: Vec<&str> = status.nodes.iter().map(|n| n.name.as_str()).collect();
+    ensure!(
+        listed == [names[0].as_str(), names[1].as_str()],
+        "status.nodes: {listed:?}"
+    );
+    ensure!(status.nodes.iter().all(|n| n.kwok && n.gpus == 2));
+
+    for name in names {
+        let node = nodes(client).get(name).await?;
+        let labels = operator_labels(&node);
+        let expected = [
+            ("fakegpu.dev/pool", pool),
+            ("run.ai/fake.gpu", "true"),
+            ("nvidia.com/gpu.present", "true"),
+            ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),
+            ("nvidia.com/gpu.count", "2"),
+            ("nvidia.com/gpu.memory", "40960"),
+            ("nvidia.com/gpu.replicas", "1"),
+            ("nvidia.com/gpu.sharing-strategy", "none"),
+            ("nvidia.com/gpu.mode", "compute"),
+            ("nvidia.com/gpu.family", "ampere"),
+            ("nvidia.com/gpu.compute.major", "8"),
+            ("nvidia.com/gpu.compute.minor", "0"),
+            ("nvidia.com/cuda.driver-version.full", "550.163.01"),
+            ("nvidia.com/cuda.driver-version.major", "550"),
+            ("nvidia.com/cuda.driver-version.minor", "163"),
+            ("nvidia.com/cuda.driver-version.revision", "01"),
+            ("nvidia.com/cuda.driver.major", "550"),
+            ("nvidia.com/cuda.driver.minor", "163"),
+            ("nvidia.com/cuda.driver.rev", "01"),
+            ("nvidia.com/cuda.runtime-version.full", "12.4"),
+            ("nvidia.com/cuda.runtime-version.major", "12"),
+            ("nvidia.com/cuda.runtime-version.minor", "4"),
+            ("nvidia.com/cuda.runtime.major", "12"),
+            ("nvidia.com/cuda.runtime.minor", "4"),
+            ("nvidia.com/mig.capable", "true"),
+            ("nvidia.com/mig.strategy", "none"),
+            ("nvidia.com/mps.capable", "false"),
+            ("nvidia.com/vgpu.present", "false"),
+            // KWOK nodes: no device-plugin / DRA deploy labels, the operator serves them.
+            ("nvidia.com/gpu.deploy.dcgm-exporter", "true"),
+        ];
+        let expected: BTreeMap<String, String> = expected
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ensure!(labels == expected, "labels of {name}:\n{labels:#?}");
+        ensure!(
+            node.labels().get(label::NODE_POOL).map(String::as_str) == Some(pool),
+            "user label lost"
+        );
+
+        let (cm, document) = topology_of(client, name)
+            .await?
+            .context("no topology ConfigMap")?;
+        ensure!(
+            cm.labels()
+                .get(topology_names::NODE_TOPOLOGY_LABEL)
+                .map(String::as_str)
+                == Some("true")
+        );
+        ensure!(cm.labels().get(topology_names::NODE_NAME_LABEL) == Some(name));
+        let owner = cm
+            .owner_references()
+            .first()
+            .context("ConfigMap without owner")?;
+        ensure!(owner.kind == "Node" && Some(&owner.uid) == node.metadata.uid.as_ref());
+        ensure!(document.pool == pool && document.gpu_memory == 40960);
+        ensure!(
+            document.gpu_product == "NVIDIA A100-SXM4-40GB"
+                && document.driver_version == "550.163.01"
+        );
+        let ids: Vec<&str> = document.gpus.iter().map(|g| g.id.as_str()).collect();
+        ensure!(
+            ids == [gpu_uuid(name, 0), gpu_uuid(name, 1)],
+            "GPU ids {ids:?}"
+        );
+        let zones: Vec<Option<u32>> = document.gpus.iter().map(|g| g.numa_node).collect();
+        ensure!(zones == [Some(0), Some(1)], "NUMA zones {zones:?}");
+    }
+
+    // Live reconfiguration: a100 x2 -> h100 x4, nothing restarted.
+    pools(client)
+        .patch(
+            pool,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpu": {"profile": "h100", "count": 4}}})),
+        )
+        .await?;
+    let status = ready_pool(client, pool, 2)
+        .await?
+        .status
+        .unwrap_or_default();
+    ensure!(
+        status.gpu_count == 8 && status.product.as_deref() == Some("NVIDIA H100 80GB HBM3"),
+        "{status:?}"
+    );
+    for name in names {
+        eventually(
+            &format!("{name} relabelled for h100 x4"),
+            CONVERGE,
+            || async {
+                let node = nodes(client).get(name).await?;
+                let labels = node.labels();
+                let product = labels.get(label::GPU_PRODUCT).map(String::as_str);
+                let count = labels.get(label::GPU_COUNT).map(String::as_str);
+                let family = labels.get(label::GPU_FAMILY).map(String::as_str);
+                let document = topology_of(client, name).await?.map(|(_, d)| d);
+                let gpus = document.as_ref().map(|d| d.gpus.len());
+                Ok((product == Some("NVIDIA-H100-80GB-HBM3")
+                    && count == Some("4")
+                    && family == Some("hopper")
+                    && gpus == Some(4))
+                .then_some(()))
+            },
+        )
+        .await?;
+    }
+
+    // A node that loses the pool label loses what the operator gave it, and only that.
+    nodes(client)
+        .patch(
+            &names[1],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: null}}})),
+        )
+        .await?;
+    ready_pool(client, pool, 1).await?;
+    eventually("unlabelled node released", CONVERGE, || async {
+        let node = nodes(client).get(&names[1]).await?;
+        let released =
+            operator_labels(&node).is_empty() && topology_of(client, &names[1]).await?.is_none();
+        Ok(
+            (released && node.labels().get("type").map(String::as_str) == Some("kwok"))
+                .then_some(()),
+        )
+    })
+    .await?;
+
+    // Deleting the pool removes its labels and ConfigMaps, then the pool itself (finalizer).
+    pools(client).delete(pool, &DeleteParams::default()).await?;
+    eventually("pool and everything it made gone", CONVERGE, || async {
+        let pool_gone = pools(client).get_opt(pool).await?.is_none();
+        let node = nodes(client).get(&names[0]).await?;
+        let cm_gone = topology_of(client, &names[0]).await?.is_none();
+        Ok((pool_gone && operator_labels(&node).is_empty() && cm_gone).then_some(()))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn contested_node_is_reported_by_both_pools_without_flapping() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let tag = unique_name("contest");
+    let node = format!("{tag}-node");
+    create_kwok_node(&client, &node, &[("e2e-contest", &tag)]).await?;
+    let (old, young) = (format!("{tag}-old"), format!("{tag}-young"));
+    let result = async {
+        let spec = json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"e2e-contest": tag}}});
+        create_pool(&client, &old, spec.clone()).await?;
+        // Creation times have one-second resolution; the older pool must be unambiguous.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        create_pool(&client, &young, spec).await?;
+
+        for pool in [&old, &young] {
+            eventually(&format!("Conflict on {pool}"), CONVERGE, || async {
+                let p = pools(&client).get(pool).await?;
+                Ok((condition(&p, "Conflict") == Some(("True", "NodeSelectedByOtherPools"))).then_some(()))
+            })
+            .await?;
+        }
+        let owner = |n: &Node| n.labels().get("fakegpu.dev/pool").cloned();
+        let before = eventually("node owned by the older pool", CONVERGE, || async {
+            let n = nodes(&client).get(&node).await?;
+            Ok((owner(&n).as_ref() == Some(&old)).then_some(n))
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = nodes(&client).get(&node).await?;
+        ensure!(owner(&after).as_ref() == Some(&old), "ownership moved");
+        ensure!(
+            after.metadata.resource_version == before.metadata.resource_version,
+            "the contested node kept being written"
+        );
+
+        // The older pool goes: the younger takes the node over, and the conflict clears.
+        pools(&client).delete(&old, &DeleteParams::default()).await?;
+        eventually("younger pool owns the node", CONVERGE, || async {
+            let n = nodes(&client).get(&node).await?;
+            let p = pools(&client).get(&young).await?;
+            Ok((owner(&n).as_ref() == Some(&young) && condition(&p, "Conflict") == Some(("False", "NoConflict")))
+                .then_some(()))
+        })
+        .await
+    }
+    .await;
+    for pool in [&old, &young] {
+        let _ = pools(&client).delete(pool, &DeleteParams::default()).await;
+    }
+    delete_nodes(&client, std::slice::from_ref(&node)).await;
+    result
+}
+
+#[tokio::test]
+async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("unknown");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let result = async {
+        create_pool(&client, &pool, json!({"gpu": {"profile": "future-gpu"}})).await?;
+        eventually("Ready=False UnknownProfile", CONVERGE, || async {
+            let p = pools(&client).get(&pool).await?;
+            Ok((condition(&p, "Ready") == Some(("False", "UnknownProfile"))).then_some(()))
+        })
+        .await?;
+        let n = nodes(&client).get(&node).await?;
+        ensure!(
+            operator_labels(&n).is_empty(),
+            "a pool that does not resolve labelled a node"
+        );
+
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("Warning Event UnknownProfile", CONVERGE, || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool.as_str())
+                        && e.reason.as_deref() == Some("UnknownProfile")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.note.as_deref().is_some_and(|n| n.contains("future-gpu"))
+                })
+                .then_some(()))
+        })
+        .await?;
+
+        // Fixing the profile brings the pool up.
+        pools(&client)
+            .patch(
+                &pool,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"gpu": {"profile": "l4"}}})),
+            )
+            .await?;
+        ready_pool(&client, &pool, 1).await.map(drop)
+    }
+    .await;
+    let _ = pools(&client).delete(&pool, &DeleteParams::default()).await;
+    delete_nodes(&client, std::slice::from_ref(&node)).await;
+    result
+}
+
+#[tokio::test]
+async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("repair");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let result = async {
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
+        ready_pool(&client, &pool, 1).await?;
+        let (cm, original) = eventually("topology ConfigMap", CONVERGE, || {
+            topology_of(&client, &node)
+        })
+        .await?;
+        let name = cm.name_any();
+
+        configmaps(&client)
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {topology_names::DATA_KEY: "gpus: [garbage"}})),
+            )
+            .await?;
+        eventually("edited ConfigMap repaired", CONVERGE, || async {
+            Ok(topology_of(&client, &node)
+                .await
+                .ok()
+                .flatten()
+                .filter(|(_, d)| *d == original)
+                .map(drop))
+        })
+        .await?;
+
+        configmaps(&client)
+            .delete(&name, &DeleteParams::default())
+            .await?;
+        eventually("deleted ConfigMap rewritten", CONVERGE, || async {
+            Ok(topology_of(&client, &node)
+                .await?
+                .filter(|(_, d)| *d == original)
+                .map(drop))
+        })
+        .await
+    }
+    .await;
+    let _ = pools(&client).delete(&pool, &DeleteParams::default()).await;
+    delete_nodes(&client, std::slice::from_ref(&node)).await;
+    result
+}
