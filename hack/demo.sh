@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a laptop-sized default: build, start the local control plane, install the
-# CRDs, create KWOK nodes for each sample pool, apply the samples, and show what a user sees.
-# The cluster keeps running; `hack/cluster.sh down` stops it.
+# bundle (CRDs, RBAC, namespace) and run the operator with its ServiceAccount, create KWOK nodes
+# for each sample pool, apply the samples, and show what a user sees.
+# Everything keeps running; `hack/operator.sh stop; hack/cluster.sh down` stops it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -10,10 +11,8 @@ nodes_per_pool=${FAKEGPU_DEMO_NODES:-2}
 eval "$(hack/cluster.sh up)"
 kubectl=target/hack-bin/kubectl
 
-echo "==> installing CRDs"
-$kubectl apply --server-side --field-manager=fakegpu -f config/crd/ >/dev/null
-$kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
-echo "    (the operator that reconciles pools is not part of this build yet)"
+echo "==> installing the bundle and starting the operator"
+hack/operator.sh start
 
 echo "==> creating $nodes_per_pool KWOK nodes per sample pool"
 for sample in config/samples/*.yaml; do
@@ -24,15 +23,17 @@ for sample in config/samples/*.yaml; do
 done
 
 echo "==> applying sample pools"
-$kubectl apply --server-side --field-manager=fakegpu -f config/samples/
+$kubectl apply --server-side --field-manager=fakegpu-demo -f config/samples/
+$kubectl wait gpunodepools --all --for=condition=Ready --timeout=60s >/dev/null
 
-echo
-echo "\$ kubectl get gpunodepools"
-$kubectl get gpunodepools
-echo
-echo "\$ kubectl get nodes -L run.ai/simulated-gpu-node-pool,type"
-$kubectl get nodes -L run.ai/simulated-gpu-node-pool,type
+show() { echo; echo "\$ kubectl $*"; $kubectl "$@"; }
+show get gpunodepools
+show get nodes -L fakegpu.dev/pool,nvidia.com/gpu.product,nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/gpu.family
+show get configmaps -n fakegpu-system -l node-topology=true
+node=$($kubectl get nodes -l fakegpu.dev/pool=a100-numa -o jsonpath='{.items[0].metadata.name}')
+echo; echo "\$ kubectl get configmap -n fakegpu-system topology-$node -o jsonpath='{.data.topology\\.yml}' | head -20"
+$kubectl get configmap -n fakegpu-system "topology-$node" -o jsonpath='{.data.topology\.yml}' | head -20
 echo
 echo "Use the cluster:"
 hack/cluster.sh env
-echo "Stop it: hack/cluster.sh down"
+echo "Stop it: hack/operator.sh stop; hack/cluster.sh down"
