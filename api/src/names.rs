@@ -143,6 +143,10 @@ pub mod resource {
     /// DRA driver name of GPUs and MIG devices, as NVIDIA's DRA driver names it; DeviceClass CEL
     /// selectors and users' ResourceClaims match on it.
     pub const GPU_DRIVER: &str = "gpu.nvidia.com";
+    /// DeviceClass of whole GPUs (NVIDIA's DRA driver installs one of this name); claims name it.
+    pub const GPU_DEVICE_CLASS: &str = "gpu.nvidia.com";
+    /// DeviceClass of MIG devices (NVIDIA's DRA driver installs one of this name).
+    pub const MIG_DEVICE_CLASS: &str = "mig.nvidia.com";
 }
 
 /// Names fakegpu itself puts on objects.
@@ -150,6 +154,12 @@ pub mod fakegpu {
     /// Node label naming the pool whose GPUs a node carries. Set by the operator on every node
     /// it manages (so it finds them again for cleanup); users and dashboards may select on it.
     pub const POOL_LABEL: &str = "fakegpu.dev/pool";
+
+    /// Standard label on cluster-wide objects fakegpu creates (DeviceClasses), value
+    /// [`MANAGED_BY_VALUE`]; an object without it belongs to someone else (e.g. NVIDIA's real
+    /// DRA driver) and is never changed.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    pub const MANAGED_BY_VALUE: &str = "fakegpu";
 
     /// Finalizer on GpuNodePools: the operator removes its node labels before a pool goes.
     pub const POOL_FINALIZER: &str = "fakegpu.dev/cleanup";
@@ -160,6 +170,23 @@ pub mod fakegpu {
 
     /// Namespace of the install bundle.
     pub const DEFAULT_NAMESPACE: &str = "fakegpu-system";
+
+    /// Environment variable with the operator's HTTP listen address (`/metrics`, `/healthz`,
+    /// `/readyz`); the Deployment's probes and Prometheus use it.
+    pub const OPERATOR_HTTP_ADDR_ENV: &str = "FAKEGPU_HTTP_ADDR";
+
+    /// Default of [`OPERATOR_HTTP_ADDR_ENV`].
+    pub const DEFAULT_OPERATOR_HTTP_ADDR: &str = "0.0.0.0:8080";
+}
+
+/// Metrics the operator exports on `/metrics`; dashboards and alerts read them.
+pub mod metric {
+    /// Counter, label `controller` (`node`, `pool`): reconciles run.
+    pub const RECONCILES: &str = "fakegpu_operator_reconciles_total";
+    /// Counter, labels `controller` and `error` (kind): reconciles that failed.
+    pub const RECONCILE_ERRORS: &str = "fakegpu_operator_reconcile_errors_total";
+    /// Histogram, label `controller`: reconcile duration in seconds.
+    pub const RECONCILE_DURATION: &str = "fakegpu_operator_reconcile_duration_seconds";
 }
 
 /// The per-node topology ConfigMap, kept readable by tools written for the reference's

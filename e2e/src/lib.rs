@@ -106,45 +106,76 @@ pub fn kubectl(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8(output.stdout)?)
 }
 
-/// A namespace that is deleted again when dropped (deletion runs in the background; the
-/// namespace controller removes what is in it).
+/// Objects a test made, deleted when it ends, whatever its outcome. Explicit and awaited:
+/// a deletion spawned from `Drop` would be cancelled with the test's runtime.
 #[allow(missing_debug_implementations)] // kube::Client is not Debug
-pub struct TestNamespace {
+pub struct Cleanup {
     client: Client,
-    pub name: String,
+    namespaces: Vec<String>,
+    pools: Vec<String>,
+    nodes: Vec<String>,
 }
 
-impl TestNamespace {
-    pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
-        let name = unique_name(prefix);
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {name}"))?;
-        Ok(Self {
+impl Cleanup {
+    pub fn new(client: &Client) -> Self {
+        Self {
             client: client.clone(),
-            name,
-        })
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let name = self.name.clone();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = namespaces.delete(&name, &DeleteParams::default()).await;
-            });
+            namespaces: Vec::new(),
+            pools: Vec::new(),
+            nodes: Vec::new(),
         }
     }
+
+    pub fn namespace(mut self, name: &str) -> Self {
+        self.namespaces.push(name.to_owned());
+        self
+    }
+
+    pub fn pool(mut self, name: &str) -> Self {
+        self.pools.push(name.to_owned());
+        self
+    }
+
+    pub fn node(mut self, name: &str) -> Self {
+        self.nodes.push(name.to_owned());
+        self
+    }
+
+    /// Deletes pools first (their finalizer releases the nodes), then nodes and namespaces, and
+    /// hands back the test's result.
+    pub async fn after<T>(self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        let params = DeleteParams::default();
+        let pools: Api<fakegpu_api::GpuNodePool> = Api::all(self.client.clone());
+        for name in &self.pools {
+            let _ = pools.delete(name, &params).await;
+        }
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        for name in &self.nodes {
+            let _ = nodes.delete(name, &params).await;
+        }
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        for name in &self.namespaces {
+            let _ = namespaces.delete(name, &params).await;
+        }
+        result
+    }
+}
+
+/// Creates a namespace for one test.
+pub async fn create_namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
+    let name = unique_name(prefix);
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    Ok(name)
 }
 
 /// A client that authenticates as ServiceAccount `namespace/name` with a bound token, the way

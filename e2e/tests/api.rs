@@ -4,8 +4,8 @@
 use anyhow::{Context, ensure};
 use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
-    FIELD_MANAGER, TestNamespace, admin_client, api_error, install_crds, kubectl, repo_root,
-    service_account_client, unique_name,
+    Cleanup, FIELD_MANAGER, admin_client, api_error, create_namespace, install_crds, kubectl,
+    repo_root, service_account_client, unique_name,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::{
@@ -387,9 +387,15 @@ async fn pools_at_the_limits_are_accepted() -> anyhow::Result<()> {
 async fn creating_pools_needs_rbac() -> anyhow::Result<()> {
     let admin = admin_client().await?;
     install_crds(&admin).await?;
-    let namespace = TestNamespace::create(&admin, "rbac").await?;
+    let namespace = create_namespace(&admin, "rbac").await?;
+    let cleanup = Cleanup::new(&admin).namespace(&namespace);
+    let result = rbac_applies_to_pools(&admin, &namespace).await;
+    cleanup.after(result).await
+}
+
+async fn rbac_applies_to_pools(admin: &Client, namespace: &str) -> anyhow::Result<()> {
     let account = "pool-writer";
-    let as_account = service_account_client(&admin, &namespace.name, account).await?;
+    let as_account = service_account_client(admin, namespace, account).await?;
 
     let name = unique_name("rbac");
     let pool = pool_object(&name, json!({"gpu": {"profile": "a100"}}))?;
@@ -431,7 +437,7 @@ async fn creating_pools_needs_rbac() -> anyhow::Result<()> {
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name: account.into(),
-            namespace: Some(namespace.name.clone()),
+            namespace: Some(namespace.to_owned()),
             ..Default::default()
         }]),
     };
@@ -452,7 +458,7 @@ async fn creating_pools_needs_rbac() -> anyhow::Result<()> {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    pools_untyped(&admin)
+    pools_untyped(admin)
         .delete(&name, &DeleteParams::default())
         .await
         .ok();

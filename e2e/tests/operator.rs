@@ -11,7 +11,8 @@ use fakegpu_api::{
     topology::{NodeTopology, gpu_uuid},
 };
 use fakegpu_e2e::{
-    OPERATOR_NAMESPACE, admin_client, create_kwok_node, eventually, install_crds, unique_name,
+    Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, eventually, install_crds,
+    unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -99,24 +100,18 @@ async fn topology_of(
     Ok(Some((cm, document)))
 }
 
-async fn delete_nodes(client: &Client, names: &[String]) {
-    for name in names {
-        let _ = nodes(client).delete(name, &DeleteParams::default()).await;
-    }
-}
-
 #[tokio::test]
 async fn pool_labels_its_nodes_follows_edits_and_cleans_up() -> anyhow::Result<()> {
     let client = admin_client().await?;
     install_crds(&client).await?;
     let pool = unique_name("life");
     let names = [format!("{pool}-a"), format!("{pool}-b")];
+    let mut cleanup = Cleanup::new(&client).pool(&pool);
     for name in &names {
+        cleanup = cleanup.node(name);
         create_kwok_node(&client, name, &[(label::NODE_POOL, &pool)]).await?;
     }
-    let result = lifecycle(&client, &pool, &names).await;
-    delete_nodes(&client, &names).await;
-    result
+    cleanup.after(lifecycle(&client, &pool, &names).await).await
 }
 
 async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::Result<()> {
@@ -296,6 +291,7 @@ async fn contested_node_is_reported_by_both_pools_without_flapping() -> anyhow::
     let node = format!("{tag}-node");
     create_kwok_node(&client, &node, &[("e2e-contest", &tag)]).await?;
     let (old, young) = (format!("{tag}-old"), format!("{tag}-young"));
+    let cleanup = Cleanup::new(&client).pool(&old).pool(&young).node(&node);
     let result = async {
         let spec = json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"e2e-contest": tag}}});
         create_pool(&client, &old, spec.clone()).await?;
@@ -335,11 +331,7 @@ async fn contested_node_is_reported_by_both_pools_without_flapping() -> anyhow::
         .await
     }
     .await;
-    for pool in [&old, &young] {
-        let _ = pools(&client).delete(pool, &DeleteParams::default()).await;
-    }
-    delete_nodes(&client, std::slice::from_ref(&node)).await;
-    result
+    cleanup.after(result).await
 }
 
 #[tokio::test]
@@ -349,6 +341,7 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
     let pool = unique_name("unknown");
     let node = format!("{pool}-node");
     create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
     let result = async {
         create_pool(&client, &pool, json!({"gpu": {"profile": "future-gpu"}})).await?;
         eventually("Ready=False UnknownProfile", CONVERGE, || async {
@@ -389,9 +382,7 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
         ready_pool(&client, &pool, 1).await.map(drop)
     }
     .await;
-    let _ = pools(&client).delete(&pool, &DeleteParams::default()).await;
-    delete_nodes(&client, std::slice::from_ref(&node)).await;
-    result
+    cleanup.after(result).await
 }
 
 #[tokio::test]
@@ -401,6 +392,7 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
     let pool = unique_name("repair");
     let node = format!("{pool}-node");
     create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
     let result = async {
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
         ready_pool(&client, &pool, 1).await?;
@@ -439,7 +431,121 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
         .await
     }
     .await;
-    let _ = pools(&client).delete(&pool, &DeleteParams::default()).await;
-    delete_nodes(&client, std::slice::from_ref(&node)).await;
-    result
+    cleanup.after(result).await
+}
+
+/// `/readyz` answers once the caches are filled, `/metrics` counts the reconciles the other
+/// tests caused.
+#[tokio::test]
+async fn operator_serves_health_and_metrics() -> anyhow::Result<()> {
+    let address = std::env::var("FAKEGPU_HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:18080".into());
+    let get = |path: &str| {
+        let output = std::process::Command::new("curl")
+            .args(["-sf", &format!("http://{address}{path}")])
+            .output()?;
+        ensure!(
+            output.status.success(),
+            "GET {path} failed: {:?}",
+            output.status
+        );
+        Ok(String::from_utf8(output.stdout)?)
+    };
+    ensure!(get("/healthz")? == "ok" && get("/readyz")? == "ok");
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("metrics");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    let result = async {
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
+        ready_pool(&client, &pool, 1).await?;
+        let text = get("/metrics")?;
+        for controller in ["node", "pool"] {
+            let series =
+                format!("fakegpu_operator_reconciles_total{{controller=\"{controller}\"}} ");
+            let count: u64 = text
+                .lines()
+                .find_map(|line| line.strip_prefix(&series))
+                .context(format!("no {series}in /metrics"))?
+                .trim()
+                .parse()?;
+            ensure!(count > 0, "{series}is 0");
+        }
+        ensure!(text.contains("fakegpu_operator_reconcile_duration_seconds_bucket"));
+        Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// DeviceClasses are cluster-wide, so both cases run in one test: a `gpu.nvidia.com` class that
+/// someone else installed (NVIDIA's DRA driver, say) is left alone and reported; once it is
+/// gone, fakegpu installs its own, as NVIDIA defines it, and removes it with the last DRA pool.
+#[tokio::test]
+async fn dra_pools_get_nvidia_device_classes_and_respect_foreign_ones() -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::DeviceClass;
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    let pool = unique_name("dra");
+    let cleanup = Cleanup::new(&client).pool(&pool);
+    let result = async {
+        eventually("no gpu.nvidia.com class left by earlier tests", CONVERGE, || async {
+            Ok(classes.get_opt("gpu.nvidia.com").await?.is_none().then_some(()))
+        })
+        .await?;
+        let foreign: DeviceClass = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com", "labels": {"app.kubernetes.io/managed-by": "Helm"}},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        }))?;
+        let foreign = classes.create(&PostParams::default(), &foreign).await?;
+
+        create_pool(&client, &pool, json!({"gpu": {"profile": "a100"}, "interfaces": {"dra": true},
+            "mig": {"strategy": "mixed", "layout": [{"profiles": ["3g.20gb"]}]}}))
+        .await?;
+        eventually("DeviceClass=False OwnedElsewhere", CONVERGE, || async {
+            let p = pools(&client).get(&pool).await?;
+            Ok((condition(&p, "DeviceClass") == Some(("False", "OwnedElsewhere"))).then_some(()))
+        })
+        .await?;
+        let untouched = classes.get("gpu.nvidia.com").await?;
+        ensure!(untouched.metadata.resource_version == foreign.metadata.resource_version, "foreign class changed");
+        let mig = classes.get("mig.nvidia.com").await?;
+        ensure!(mig.labels().get("app.kubernetes.io/managed-by").map(String::as_str) == Some("fakegpu"));
+
+        classes.delete("gpu.nvidia.com", &DeleteParams::default()).await?;
+        let ours = eventually("fakegpu's gpu.nvidia.com", CONVERGE, || async {
+            let p = pools(&client).get(&pool).await?;
+            let class = classes.get_opt("gpu.nvidia.com").await?;
+            let managed = condition(&p, "DeviceClass") == Some(("True", "Managed"));
+            Ok(class.filter(|c| managed && c.labels().get("app.kubernetes.io/managed-by").map(String::as_str) == Some("fakegpu")))
+        })
+        .await?;
+        let spec = ours.spec.as_ref().context("class without spec")?;
+        let expression = spec
+            .selectors
+            .as_ref()
+            .and_then(|s| s.first())
+            .and_then(|s| s.cel.as_ref())
+            .map(|cel| cel.expression.as_str());
+        ensure!(
+            expression == Some("device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"),
+            "selector {expression:?}"
+        );
+        ensure!(spec.extended_resource_name.as_deref() == Some("nvidia.com/gpu"));
+        let uid = pools(&client).get(&pool).await?.metadata.uid;
+        ensure!(ours.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()), "not owned by the pool");
+
+        pools(&client).delete(&pool, &DeleteParams::default()).await?;
+        eventually("classes removed with the last DRA pool", CONVERGE, || async {
+            let gone = classes.get_opt("gpu.nvidia.com").await?.is_none()
+                && classes.get_opt("mig.nvidia.com").await?.is_none();
+            Ok(gone.then_some(()))
+        })
+        .await
+    }
+    .await;
+    cleanup.after(result).await
 }

@@ -14,24 +14,28 @@ use fakegpu_api::{
     names::topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
 };
 use futures::{Stream, StreamExt, channel::mpsc, future};
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Node},
+    resource::v1::DeviceClass,
+};
 use kube::{
     Api, Client, ResourceExt,
     runtime::{
-        Controller, WatchStreamExt,
-        reflector::{self, ObjectRef},
+        Controller, WatchStreamExt, controller,
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
 use tracing::{info, warn};
 
-use crate::{Context, node, pool};
+use crate::{Context, metrics::Metrics, node, pool};
 
 /// Runs both controllers until a termination signal; returns once they have stopped.
-pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
+pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow::Result<()> {
     let (pools, pool_writer) = reflector::store::<GpuNodePool>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
+    let (device_classes, device_class_writer) = reflector::store::<DeviceClass>();
 
     let config = watcher::Config::default();
     let pool_events = log_errors(
@@ -58,7 +62,9 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
     let configmap_events = log_errors(
         watcher(
             Api::<ConfigMap>::namespaced(client.clone(), &namespace),
-            config.labels(&format!("{NODE_TOPOLOGY_LABEL}=true")),
+            config
+                .clone()
+                .labels(&format!("{NODE_TOPOLOGY_LABEL}=true")),
         )
         .default_backoff()
         .reflect(configmap_writer)
@@ -66,6 +72,13 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
     );
     // Driven here, not by the node controller: the controllers start only once this cache is full.
     let (configmap_events, [configmap_events_for_nodes]) = fan_out(configmap_events);
+    let device_class_events = log_errors(
+        watcher(Api::<DeviceClass>::all(client.clone()), config.clone())
+            .default_backoff()
+            .reflect(device_class_writer)
+            .touched_objects(),
+    );
+    let (device_class_events, [device_classes_for_pools]) = fan_out(device_class_events);
 
     let ctx = Arc::new(Context {
         client,
@@ -73,6 +86,8 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
         pools: pools.clone(),
         nodes: nodes.clone(),
         configmaps: configmaps.clone(),
+        device_classes: device_classes.clone(),
+        metrics: metrics.clone(),
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_stream(for_node_controller.map(Ok), nodes.clone())
@@ -83,45 +98,52 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
             cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
         })
         .shutdown_on_signal()
-        .run(node::reconcile, node::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "node controller");
-            }
-        });
+        .run(
+            |node, ctx| async move {
+                ctx.metrics
+                    .clone()
+                    .measure("node", node::reconcile(node, ctx))
+                    .await
+            },
+            node::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|result| log_outcome("node", result));
     let pool_store = pools.clone();
-    let every_pool = pools.clone();
     let pool_controller = Controller::for_stream(pools_for_pool_controller.map(Ok), pools.clone())
         // One pool's change can start or end another's conflict without any node changing
         // (the older pool keeps its node). Statuses are pure to compute and written only when
         // they differ, so every pool is looked at again.
+        .watches_stream(pools_for_other_pools.map(Ok), to_every_pool(pools.clone()))
+        // A DeviceClass written, deleted or taken over by someone else concerns DRA pools.
         .watches_stream(
-            pools_for_other_pools.map(Ok),
-            move |_changed: GpuNodePool| {
-                every_pool
-                    .state()
-                    .iter()
-                    .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-                    .collect::<Vec<_>>()
-            },
+            device_classes_for_pools.map(Ok),
+            to_every_pool(pools.clone()),
         )
         .watches_stream(for_pool_controller.map(Ok), move |node| {
             pool::pools_of_node(&pool_store.state(), &node)
         })
         .shutdown_on_signal()
-        .run(pool::reconcile, pool::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "pool controller");
-            }
-        });
+        .run(
+            |pool, ctx| async move {
+                ctx.metrics
+                    .clone()
+                    .measure("pool", pool::reconcile(pool, ctx))
+                    .await
+            },
+            pool::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|result| log_outcome("pool", result));
 
     let controllers = async {
         // A node reconciled before the pools are known would look poolless and lose its labels.
         pools.wait_until_ready().await?;
         nodes.wait_until_ready().await?;
         configmaps.wait_until_ready().await?;
+        device_classes.wait_until_ready().await?;
         info!("caches ready, starting controllers");
+        metrics.set_ready();
         future::join(node_controller, pool_controller).await;
         anyhow::Ok(())
     };
@@ -130,6 +152,34 @@ pub async fn run(client: Client, namespace: String) -> anyhow::Result<()> {
         () = pool_events => anyhow::bail!("pool watch ended"),
         () = node_events => anyhow::bail!("node watch ended"),
         () = configmap_events => anyhow::bail!("ConfigMap watch ended"),
+        () = device_class_events => anyhow::bail!("DeviceClass watch ended"),
+    }
+}
+
+/// A mapper that sends any event to every pool. Pool statuses are pure to compute and written
+/// only when they differ, so looking at all of them again is cheap.
+fn to_every_pool<T>(pools: Store<GpuNodePool>) -> impl Fn(T) -> Vec<ObjectRef<GpuNodePool>> {
+    move |_| {
+        pools
+            .state()
+            .iter()
+            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+            .collect()
+    }
+}
+
+/// Logs what a controller reports, except what needs no word: an event of a deleted object (the
+/// streams carry deletions on purpose) finds nothing left to reconcile, and a failed reconcile
+/// was logged by its error policy.
+async fn log_outcome<T, E: std::error::Error, Q: std::error::Error>(
+    controller: &str,
+    result: Result<T, controller::Error<E, Q>>,
+) {
+    match result {
+        Ok(_)
+        | Err(controller::Error::ObjectNotFound(_))
+        | Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(error) => warn!(%error, controller, "controller"),
     }
 }
 

@@ -9,12 +9,19 @@
 
 pub mod apply;
 pub mod controllers;
+pub mod deviceclass;
 pub mod membership;
+pub mod metrics;
 pub mod node;
 pub mod pool;
+#[cfg(test)]
+mod testing;
 
 use fakegpu_api::GpuNodePool;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Node},
+    resource::v1::DeviceClass,
+};
 use kube::{Client, runtime::reflector::Store};
 
 /// Everything that can fail in a reconcile. Operator-side problems with a pool's content are not
@@ -51,6 +58,8 @@ pub struct Context {
     pub pools: Store<GpuNodePool>,
     pub nodes: Store<Node>,
     pub configmaps: Store<ConfigMap>,
+    pub device_classes: Store<DeviceClass>,
+    pub metrics: metrics::Metrics,
 }
 
 impl std::fmt::Debug for Context {

@@ -1,8 +1,13 @@
 //! fakegpu-operator: see the library documentation. Configuration comes from the environment:
-//! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `RUST_LOG` (tracing filter), and the
-//! usual in-cluster or `KUBECONFIG` credentials.
+//! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `FAKEGPU_HTTP_ADDR` (`/metrics`,
+//! `/healthz`, `/readyz`), `RUST_LOG` (tracing filter), and the usual in-cluster or
+//! `KUBECONFIG` credentials.
 
-use fakegpu_api::names::fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV};
+use anyhow::Context as _;
+use fakegpu_api::names::fakegpu::{
+    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
+};
+use fakegpu_operator::{controllers, metrics::Metrics};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -14,7 +19,19 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let namespace = std::env::var(NAMESPACE_ENV).unwrap_or_else(|_| DEFAULT_NAMESPACE.to_owned());
+    let address = std::env::var(OPERATOR_HTTP_ADDR_ENV)
+        .unwrap_or_else(|_| DEFAULT_OPERATOR_HTTP_ADDR.to_owned());
+
+    let metrics = Metrics::new()?;
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("listening on {address} ({OPERATOR_HTTP_ADDR_ENV})"))?;
     let client = kube::Client::try_default().await?;
-    tracing::info!(%namespace, version = env!("CARGO_PKG_VERSION"), "fakegpu-operator starting");
-    fakegpu_operator::controllers::run(client, namespace).await
+    tracing::info!(%namespace, %address, version = env!("CARGO_PKG_VERSION"), "fakegpu-operator starting");
+
+    let http = axum::serve(listener, metrics.clone().router());
+    tokio::select! {
+        result = controllers::run(client, namespace, metrics) => result,
+        result = http => result.context("HTTP server stopped"),
+    }
 }

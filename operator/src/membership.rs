@@ -59,22 +59,10 @@ pub fn owner(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
     use super::*;
-
-    fn pool(name: &str, created: i64, spec: serde_json::Value) -> Arc<GpuNodePool> {
-        let mut pool: GpuNodePool = serde_json::from_value(json!({
-            "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
-            "metadata": {"name": name}, "spec": spec,
-        }))
-        .expect("test pool");
-        pool.metadata.creation_timestamp =
-            Some(Time(Timestamp::from_second(created).expect("time")));
-        Arc::new(pool)
-    }
+    use crate::testing::pool;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -15,6 +15,7 @@ use fakegpu_api::{
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::{
     Api, ResourceExt,
+    api::ListParams,
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
@@ -69,7 +70,21 @@ async fn apply_labels(ctx: &Context, node: &str, labels: &BTreeMap<String, Strin
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let patch =
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}});
-    apply::apply(&nodes, node, &patch).await.map(drop)
+    match apply::apply(&nodes, node, &patch).await {
+        Ok(_) => Ok(()),
+        // Server-side apply creates what is missing: for a node deleted meanwhile it asks to
+        // create one (the bundle's RBAC refuses). A deleted node has nothing left to label.
+        // (Asked with `list`, which the operator's role has, rather than `get`.)
+        Err(error) => {
+            let by_name = ListParams::default().fields(&format!("metadata.name={node}"));
+            if nodes.list_metadata(&by_name).await?.items.is_empty() {
+                debug!(node, %error, "node is gone; nothing to label");
+                Ok(())
+            } else {
+                Err(error)
+            }
+        }
+    }
 }
 
 fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<ConfigMap>> {
@@ -118,7 +133,8 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
     Ok(())
 }
 
-pub fn error_policy(node: Arc<Node>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed("node", error);
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

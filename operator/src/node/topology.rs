@@ -130,12 +130,8 @@ mod tests {
 
     use super::*;
 
-    fn pool(spec: serde_json::Value) -> GpuNodePool {
-        serde_json::from_value(
-            json!({"apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
-            "metadata": {"name": "p"}, "spec": spec}),
-        )
-        .expect("test pool")
+    fn pool(spec: serde_json::Value) -> std::sync::Arc<GpuNodePool> {
+        crate::testing::pool("p", 0, spec)
     }
 
     fn numa(value: serde_json::Value) -> NumaSpec {

@@ -15,14 +15,14 @@ use kube::{
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
-        finalizer::{Event, finalizer},
+        finalizer::{self, Event, finalizer},
         reflector::ObjectRef,
     },
 };
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Error, Result, apply, membership, node};
+use crate::{Context, Error, Result, apply, deviceclass, membership, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -33,22 +33,33 @@ pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Acti
         }
     })
     .await
-    .map_err(|error| Error::Finalizer(Box::new(error)))
+    .or_else(|error| match error {
+        // Both races come from a cache a moment behind the API server: the pool is already
+        // gone, or already being deleted (no finalizer may be added then). The deletion's own
+        // event brings the next reconcile.
+        finalizer::Error::RemoveFinalizer(kube::Error::Api(ref status)) if status.code == 404 => {
+            Ok(Action::await_change())
+        }
+        finalizer::Error::AddFinalizer(kube::Error::Api(ref status)) if status.code == 422 => {
+            Ok(Action::await_change())
+        }
+        error => Err(Error::Finalizer(Box::new(error))),
+    })
 }
 
 async fn write_status(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
+    deviceclass::ensure(ctx).await?;
     let now = Time(Timestamp::now());
-    let desired = status::desired_status(pool, &ctx.pools.state(), &ctx.nodes.state(), &now);
+    let foreign = deviceclass::foreign_classes(ctx);
+    let desired =
+        status::desired_status(pool, &ctx.pools.state(), &ctx.nodes.state(), &foreign, &now);
     if pool.status.as_ref() == Some(&desired) {
         return Ok(Action::await_change());
     }
     let name = pool.name_any();
     let before = status::conditions_by_type(pool.status.as_ref());
     for condition in &desired.conditions {
-        let bad = (condition.type_ == status::READY
-            && condition.status == "False"
-            && condition.reason != "Progressing")
-            || (condition.type_ == status::CONFLICT && condition.status == "True");
+        let bad = status::is_problem(condition);
         let changed = before
             .get(&condition.type_)
             .is_none_or(|old| old.reason != condition.reason || old.message != condition.message);
@@ -92,7 +103,8 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed("pool", error);
     warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

@@ -19,6 +19,8 @@ use crate::{membership, node::has_kubelet};
 /// Condition types.
 pub const READY: &str = "Ready";
 pub const CONFLICT: &str = "Conflict";
+/// On pools that serve DRA: whether fakegpu manages the DeviceClasses their claims use.
+pub const DEVICE_CLASS: &str = "DeviceClass";
 
 /// At most this many nodes are listed in `status.nodes`.
 pub const MAX_LISTED_NODES: usize = 100;
@@ -26,13 +28,25 @@ pub const MAX_LISTED_NODES: usize = 100;
 /// How many contested nodes a Conflict message names.
 const NAMED_CONFLICTS: usize = 3;
 
-/// The status `pool` should have. `now` stamps conditions whose status or reason changed;
+/// Whether a condition reports a problem (worth a Warning Event when it appears).
+pub fn is_problem(condition: &Condition) -> bool {
+    match condition.type_.as_str() {
+        READY => condition.status == "False" && condition.reason != "Progressing",
+        CONFLICT => condition.status == "True",
+        DEVICE_CLASS => condition.status == "False",
+        _ => false,
+    }
+}
+
+/// The status `pool` should have. `foreign_classes` are DeviceClasses of fakegpu's names that
+/// someone else owns. `now` stamps conditions whose status or reason changed;
 /// unchanged conditions keep their previous transition time, so an unchanged pool yields an
 /// unchanged status.
 pub fn desired_status(
     pool: &GpuNodePool,
     pools: &[Arc<GpuNodePool>],
     nodes: &[Arc<Node>],
+    foreign_classes: &[String],
     now: &Time,
 ) -> GpuNodePoolStatus {
     let name = pool.name_any();
@@ -113,13 +127,30 @@ pub fn desired_status(
         condition(CONFLICT, true, "NodeSelectedByOtherPools", message)
     };
 
+    let device_class = pool.spec.interfaces.dra.then(|| {
+        if foreign_classes.is_empty() {
+            condition(DEVICE_CLASS, true, "Managed", "fakegpu manages the DeviceClasses of its DRA devices".into())
+        } else {
+            condition(
+                DEVICE_CLASS,
+                false,
+                "OwnedElsewhere",
+                format!(
+                    "DeviceClass {} exists and is not managed by fakegpu (NVIDIA's DRA driver?); it is left as it is",
+                    foreign_classes.join(", ")
+                ),
+            )
+        }
+    });
+
     let previous = pool
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let conditions = [ready, conflict]
+    let conditions = [Some(ready), Some(conflict), device_class]
         .into_iter()
+        .flatten()
         .map(|mut c| {
             c.observed_generation = generation;
             c.last_transition_time = previous
@@ -178,32 +209,10 @@ pub fn conditions_by_type(status: Option<&GpuNodePoolStatus>) -> BTreeMap<String
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
     use super::*;
-
-    fn pool(name: &str, created: i64, spec: serde_json::Value) -> Arc<GpuNodePool> {
-        let mut pool: GpuNodePool = serde_json::from_value(json!({
-            "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
-            "metadata": {"name": name, "generation": 3}, "spec": spec,
-        }))
-        .expect("test pool");
-        pool.metadata.creation_timestamp = Some(time(created));
-        Arc::new(pool)
-    }
-
-    fn node(name: &str, labels: serde_json::Value) -> Arc<Node> {
-        Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels,
-            "annotations": {"kwok.x-k8s.io/node": "fake"}}}))
-            .expect("test node"),
-        )
-    }
-
-    fn time(second: i64) -> Time {
-        Time(Timestamp::from_second(second).expect("time"))
-    }
+    use crate::testing::{kwok_node as node, pool, time};
 
     fn find<'a>(status: &'a GpuNodePoolStatus, type_: &str) -> &'a Condition {
         status
@@ -227,7 +236,7 @@ mod tests {
             ),
             node("other", json!({})),
         ];
-        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &time(100));
+        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], &time(100));
         assert_eq!((status.node_count, status.gpu_count), (2, 8));
         assert_eq!(status.product.as_deref(), Some("Tesla T4"));
         assert_eq!(status.observed_generation, Some(3));
@@ -252,7 +261,7 @@ mod tests {
     fn progressing_until_nodes_are_labelled() {
         let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
         let nodes = [node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"}))];
-        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &time(100));
+        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], &time(100));
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -264,7 +273,7 @@ mod tests {
     #[test]
     fn unknown_profile_is_a_condition() {
         let a = pool("a", 1, json!({"gpu": {"profile": "future-gpu"}}));
-        let status = desired_status(&a, std::slice::from_ref(&a), &[], &time(100));
+        let status = desired_status(&a, std::slice::from_ref(&a), &[], &[], &time(100));
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -282,7 +291,7 @@ mod tests {
         let pools = [old.clone(), young.clone()];
         let nodes = [node("n1", json!({"gpu": "yes", "fakegpu.dev/pool": "old"}))];
         for pool in [&old, &young] {
-            let status = desired_status(pool, &pools, &nodes, &time(100));
+            let status = desired_status(pool, &pools, &nodes, &[], &time(100));
             let conflict = find(&status, CONFLICT);
             assert_eq!(conflict.status, "True", "{}", pool.name_any());
             assert!(
@@ -297,11 +306,39 @@ mod tests {
             );
         }
         // The young pool owns nothing and wants nothing: it is in place, not progressing.
-        let status = desired_status(&young, &pools, &nodes, &time(100));
+        let status = desired_status(&young, &pools, &nodes, &[], &time(100));
         assert_eq!(
             (status.node_count, find(&status, READY).status.as_str()),
             (0, "True")
         );
+    }
+
+    #[test]
+    fn dra_pools_report_a_foreign_device_class() {
+        let dra = pool(
+            "d",
+            1,
+            json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
+        );
+        let pools = std::slice::from_ref(&dra);
+        let managed = desired_status(&dra, pools, &[], &[], &time(1));
+        assert_eq!(find(&managed, DEVICE_CLASS).status, "True");
+        let foreign = desired_status(&dra, pools, &[], &["gpu.nvidia.com".into()], &time(1));
+        let condition = find(&foreign, DEVICE_CLASS);
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "OwnedElsewhere")
+        );
+        assert!(is_problem(condition));
+        let plain = pool("p", 1, json!({"gpu": {"profile": "t4"}}));
+        let status = desired_status(
+            &plain,
+            std::slice::from_ref(&plain),
+            &[],
+            &["gpu.nvidia.com".into()],
+            &time(1),
+        );
+        assert!(status.conditions.iter().all(|c| c.type_ != DEVICE_CLASS));
     }
 
     #[test]
@@ -311,9 +348,9 @@ mod tests {
             "n1",
             json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
         )];
-        let first = desired_status(&a, &[Arc::new(a.clone())], &nodes, &time(100));
+        let first = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], &time(100));
         a.status = Some(first.clone());
-        let second = desired_status(&a, &[Arc::new(a.clone())], &nodes, &time(200));
+        let second = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], &time(200));
         assert_eq!(first, second);
     }
 }

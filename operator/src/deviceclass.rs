@@ -1,0 +1,235 @@
+//! DeviceClasses that DRA claims name, defined as NVIDIA's DRA driver defines them, so a claim
+//! written for real GPUs works unchanged: `gpu.nvidia.com` whenever a pool serves DRA, and
+//! `mig.nvidia.com` when such a pool also uses MIG.
+//!
+//! One class serves every pool; its owner references name every pool that needs it, so the
+//! garbage collector removes it with the last one. A class of the same name that fakegpu did not
+//! create (mixed mode, next to NVIDIA's driver) is left alone and reported on the pools.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use fakegpu_api::{
+    GpuNodePool,
+    names::{
+        fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
+        resource::{GPU, GPU_DEVICE_CLASS, GPU_DRIVER, MIG_DEVICE_CLASS},
+    },
+};
+use k8s_openapi::{
+    api::resource::v1::{CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{Api, Resource, ResourceExt, api::ObjectMeta, runtime::reflector::ObjectRef};
+use tracing::info;
+
+use crate::{Context, Result, apply};
+
+fn selector(device_type: &str) -> DeviceSelector {
+    DeviceSelector {
+        cel: Some(CELDeviceSelector {
+            expression: format!(
+                "device.driver == '{GPU_DRIVER}' && device.attributes['{GPU_DRIVER}'].type == '{device_type}'"
+            ),
+        }),
+    }
+}
+
+fn class(
+    name: &str,
+    device_type: &str,
+    extended_resource: Option<&str>,
+    owners: &[&GpuNodePool],
+) -> DeviceClass {
+    let mut owner_references: Vec<OwnerReference> = owners
+        .iter()
+        .filter_map(|pool| pool.controller_owner_ref(&()))
+        .map(|owner| OwnerReference {
+            controller: None,
+            block_owner_deletion: None,
+            ..owner
+        })
+        .collect();
+    owner_references.sort_by(|a, b| a.name.cmp(&b.name));
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY.to_owned(),
+                MANAGED_BY_VALUE.to_owned(),
+            )])),
+            owner_references: Some(owner_references),
+            ..Default::default()
+        },
+        spec: Some(DeviceClassSpec {
+            selectors: Some(vec![selector(device_type)]),
+            extended_resource_name: extended_resource.map(str::to_owned),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The classes the live pools need.
+pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
+    let dra: Vec<&GpuNodePool> = pools
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.spec.interfaces.dra)
+        .collect();
+    let mut classes = Vec::new();
+    if !dra.is_empty() {
+        // NVIDIA's chart sets extendedResourceName on this class only: pods asking for
+        // `nvidia.com/gpu` can then be served by DRA on nodes that do not advertise it.
+        classes.push(class(GPU_DEVICE_CLASS, "gpu", Some(GPU), &dra));
+    }
+    let mig: Vec<&GpuNodePool> = dra
+        .iter()
+        .copied()
+        .filter(|p| p.spec.mig.is_some())
+        .collect();
+    if !mig.is_empty() {
+        classes.push(class(MIG_DEVICE_CLASS, "mig", None, &mig));
+    }
+    classes
+}
+
+/// Whether a class was created by fakegpu.
+pub fn is_ours(class: &DeviceClass) -> bool {
+    class.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGED_BY_VALUE)
+}
+
+/// Whether the cached class already is what fakegpu wants.
+pub fn class_current(current: &DeviceClass, desired: &DeviceClass) -> bool {
+    let mut owners = current.owner_references().to_vec();
+    owners.sort_by(|a, b| a.name.cmp(&b.name));
+    is_ours(current) && current.spec == desired.spec && owners == desired.owner_references()
+}
+
+/// Classes of fakegpu's names that belong to someone else.
+pub fn foreign_classes(ctx: &Context) -> Vec<String> {
+    [GPU_DEVICE_CLASS, MIG_DEVICE_CLASS]
+        .into_iter()
+        .filter(|name| {
+            ctx.device_classes
+                .get(&ObjectRef::new(name))
+                .is_some_and(|c| !is_ours(&c))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Writes the classes the pools need and deletes fakegpu's classes no pool needs; classes that
+/// belong to someone else are never touched.
+pub async fn ensure(ctx: &Context) -> Result<()> {
+    let api: Api<DeviceClass> = Api::all(ctx.client.clone());
+    let desired = desired_classes(&ctx.pools.state());
+    for class in &desired {
+        let name = class.name_any();
+        match ctx.device_classes.get(&ObjectRef::new(&name)) {
+            Some(current) if !is_ours(&current) => continue,
+            Some(current) if class_current(&current, class) => continue,
+            _ => {
+                info!(class = %name, "writing DeviceClass");
+                let mut object = class.clone();
+                object.meta_mut().managed_fields = None;
+                let patch = serde_json::json!({
+                    "apiVersion": DeviceClass::api_version(&()), "kind": DeviceClass::kind(&()),
+                    "metadata": object.metadata, "spec": object.spec,
+                });
+                apply::apply(&api, &name, &patch).await?;
+            }
+        }
+    }
+    for name in [GPU_DEVICE_CLASS, MIG_DEVICE_CLASS] {
+        let unwanted = !desired.iter().any(|c| c.name_any() == name);
+        if unwanted
+            && ctx
+                .device_classes
+                .get(&ObjectRef::new(name))
+                .is_some_and(|c| is_ours(&c))
+        {
+            info!(class = %name, "no pool serves DRA with it: deleting DeviceClass");
+            apply::delete(&api, name).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::pool;
+
+    #[test]
+    fn classes_follow_the_pools_that_serve_dra() {
+        let plugin_only = pool("plain", 1, json!({"gpu": {"profile": "t4"}}));
+        assert!(desired_classes(std::slice::from_ref(&plugin_only)).is_empty());
+
+        let mut dra = (*pool(
+            "dra",
+            1,
+            json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
+        ))
+        .clone();
+        dra.metadata.uid = Some("uid-dra".into());
+        let mut mig = (*pool(
+            "mig",
+            2,
+            json!({"gpu": {"profile": "a100"}, "interfaces": {"dra": true},
+            "mig": {"strategy": "mixed", "layout": [{"profiles": ["1g.5gb"]}]}}),
+        ))
+        .clone();
+        mig.metadata.uid = Some("uid-mig".into());
+        let classes = desired_classes(&[plugin_only, Arc::new(dra), Arc::new(mig)]);
+
+        let gpu = &classes[0];
+        let gpu_spec = gpu.spec.as_ref().expect("spec");
+        assert_eq!(gpu.name_any(), "gpu.nvidia.com");
+        let expression = &gpu_spec.selectors.as_ref().expect("selectors")[0]
+            .cel
+            .as_ref()
+            .expect("cel")
+            .expression;
+        assert_eq!(
+            expression,
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+        );
+        assert_eq!(
+            gpu_spec.extended_resource_name.as_deref(),
+            Some("nvidia.com/gpu")
+        );
+        let owners: Vec<&str> = gpu
+            .owner_references()
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect();
+        assert_eq!(owners, ["dra", "mig"]);
+        assert!(
+            gpu.owner_references()
+                .iter()
+                .all(|o| o.controller.is_none() && o.kind == "GpuNodePool")
+        );
+        assert!(is_ours(gpu) && class_current(gpu, gpu));
+
+        let mig_class = &classes[1];
+        assert_eq!(mig_class.name_any(), "mig.nvidia.com");
+        assert_eq!(
+            mig_class
+                .spec
+                .as_ref()
+                .and_then(|s| s.extended_resource_name.clone()),
+            None
+        );
+        assert_eq!(mig_class.owner_references().len(), 1);
+    }
+
+    #[test]
+    fn a_foreign_class_is_not_ours() {
+        let foreign: DeviceClass =
+            serde_json::from_value(json!({"metadata": {"name": "gpu.nvidia.com",
+            "labels": {"app.kubernetes.io/managed-by": "Helm"}}, "spec": {}}))
+            .expect("class");
+        assert!(!is_ours(&foreign));
+    }
+}

@@ -1,0 +1,153 @@
+//! The operator's own metrics and its HTTP endpoints: `/metrics` (Prometheus text format),
+//! `/healthz` (the process serves), `/readyz` (the watch caches are filled and the controllers
+//! run).
+
+use std::{
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Instant,
+};
+
+use axum::{Router, extract::State, http::StatusCode, routing::get};
+use fakegpu_api::names::metric;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+use crate::{Error, Result};
+
+/// Reconcile metrics, one series per controller.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: IntCounterVec,
+    errors: IntCounterVec,
+    duration: HistogramVec,
+    ready: Arc<AtomicBool>,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new(metric::RECONCILES, "Reconciles run, by controller."),
+            &["controller"],
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                metric::RECONCILE_ERRORS,
+                "Reconciles that failed, by controller and error kind.",
+            ),
+            &["controller", "error"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                metric::RECONCILE_DURATION,
+                "Reconcile duration, by controller.",
+            )
+            .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            &["controller"],
+        )?;
+        registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        Ok(Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            ready: Arc::default(),
+        })
+    }
+
+    /// Runs one reconcile of `controller`, counting it and its duration.
+    pub async fn measure<T>(
+        &self,
+        controller: &str,
+        reconcile: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let result = reconcile.await;
+        self.reconciles.with_label_values(&[controller]).inc();
+        self.duration
+            .with_label_values(&[controller])
+            .observe(start.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Counts a failed reconcile (called from the error policies).
+    pub fn failed(&self, controller: &str, error: &Error) {
+        self.errors
+            .with_label_values(&[controller, error.metric_label()])
+            .inc();
+    }
+
+    /// Marks the operator ready: caches filled, controllers started.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    fn render(&self) -> Result<String, prometheus::Error> {
+        let mut buffer = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
+        String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    }
+
+    /// The HTTP routes.
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/metrics", get(serve_metrics))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(serve_ready))
+            .with_state(self)
+    }
+}
+
+async fn serve_metrics(State(metrics): State<Metrics>) -> (StatusCode, String) {
+    match metrics.render() {
+        Ok(text) => (StatusCode::OK, text),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+    }
+}
+
+async fn serve_ready(State(metrics): State<Metrics>) -> (StatusCode, &'static str) {
+    if metrics.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not filled yet")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn counts_reconciles_and_errors_by_controller() {
+        let metrics = Metrics::new().expect("registers");
+        let ok: Result<()> = metrics.measure("node", async { Ok(()) }).await;
+        assert!(ok.is_ok());
+        let error = Error::Topology(fakegpu_api::topology::TopologyError::TooNew(9));
+        metrics.failed("pool", &error);
+        let text = metrics.render().expect("renders");
+        assert!(
+            text.contains(r#"fakegpu_operator_reconciles_total{controller="node"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"fakegpu_operator_reconcile_errors_total{controller="pool",error="topology"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"fakegpu_operator_reconcile_duration_seconds_count{controller="node"} 1"#
+            ),
+            "{text}"
+        );
+    }
+}
