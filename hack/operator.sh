@@ -8,7 +8,8 @@
 #   hack/operator.sh restart   stop and start again with the binary already built (a full resync)
 #   hack/operator.sh stop      stop the operator that `start` started
 #
-# Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster).
+# Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster). The operator serves
+# /metrics, /healthz and /readyz on $FAKEGPU_HTTP_ADDR (default 127.0.0.1:18080).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,6 +18,7 @@ kubectl=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}/kubectl
 namespace=fakegpu-system
 account=fakegpu-operator
 pidfile=$dir/run/operator.pid
+http_addr=${FAKEGPU_HTTP_ADDR:-127.0.0.1:18080}
 
 log() { printf '[operator] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -74,11 +76,14 @@ launch() {
   mkdir -p "$dir/run" "$dir/logs"
   local kc logfile=$dir/logs/operator.log
   kc=$(service_account_kubeconfig)
-  KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
+  KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace FAKEGPU_HTTP_ADDR=$http_addr RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
     setsid "$repo/target/debug/fakegpu-operator" >"$logfile" 2>&1 </dev/null &
   echo $! >"$pidfile"
   for _ in $(seq 1 150); do
-    grep -q "caches ready" "$logfile" && { log "running as $namespace/$account (log: $logfile)"; return; }
+    if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1; then
+      log "running as $namespace/$account, http://$http_addr/metrics (log: $logfile)"
+      return
+    fi
     kill -0 "$(cat "$pidfile")" 2>/dev/null || { tail -n 5 "$logfile" >&2; die "operator exited"; }
     sleep 0.2
   done

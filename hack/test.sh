@@ -23,6 +23,7 @@ step "local control plane for e2e"
 export FAKEGPU_CLUSTER_DIR=$repo/.cache/cluster-test
 export FAKEGPU_ETCD_PORT=12379 FAKEGPU_ETCD_PEER_PORT=12380 FAKEGPU_APISERVER_PORT=16443
 export FAKEGPU_KCM_PORT=20257 FAKEGPU_SCHEDULER_PORT=20259 FAKEGPU_KWOK_PORT=20247
+export FAKEGPU_HTTP_ADDR=127.0.0.1:28080
 hack/cluster.sh down >/dev/null 2>&1 || true
 rm -rf "$FAKEGPU_CLUSTER_DIR"
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
