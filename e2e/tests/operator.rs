@@ -100,6 +100,17 @@ async fn topology_of(
     Ok(Some((cm, document)))
 }
 
+/// A client, a fresh pool name, one KWOK node labelled for that pool, and their cleanup.
+async fn pool_with_one_node(prefix: &str) -> anyhow::Result<(Client, String, String, Cleanup)> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name(prefix);
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    Ok((client, pool, node, cleanup))
+}
+
 #[tokio::test]
 async fn pool_labels_its_nodes_follows_edits_and_cleans_up() -> anyhow::Result<()> {
     let client = admin_client().await?;
@@ -336,12 +347,7 @@ async fn contested_node_is_reported_by_both_pools_without_flapping() -> anyhow::
 
 #[tokio::test]
 async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    install_crds(&client).await?;
-    let pool = unique_name("unknown");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    let (client, pool, node, cleanup) = pool_with_one_node("unknown").await?;
     let result = async {
         create_pool(&client, &pool, json!({"gpu": {"profile": "future-gpu"}})).await?;
         eventually("Ready=False UnknownProfile", CONVERGE, || async {
@@ -387,12 +393,7 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
 
 #[tokio::test]
 async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    install_crds(&client).await?;
-    let pool = unique_name("repair");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    let (client, pool, node, cleanup) = pool_with_one_node("repair").await?;
     let result = async {
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
         ready_pool(&client, &pool, 1).await?;
@@ -451,12 +452,7 @@ async fn operator_serves_health_and_metrics() -> anyhow::Result<()> {
         Ok(String::from_utf8(output.stdout)?)
     };
     ensure!(get("/healthz")? == "ok" && get("/readyz")? == "ok");
-    let client = admin_client().await?;
-    install_crds(&client).await?;
-    let pool = unique_name("metrics");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    let (client, pool, _node, cleanup) = pool_with_one_node("metrics").await?;
     let result = async {
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
         ready_pool(&client, &pool, 1).await?;
