@@ -13,7 +13,7 @@ use fakegpu_api::{
     GpuNodePool,
     names::topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
 };
-use futures::{Stream, StreamExt, channel::mpsc, future};
+use futures::{Stream, StreamExt, channel::mpsc, future, future::BoxFuture};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
     resource::v1::DeviceClass,
@@ -21,7 +21,8 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, ResourceExt,
     runtime::{
-        Controller, WatchStreamExt, controller,
+        Controller, WatchStreamExt,
+        controller::{self, Action},
         reflector::{self, ObjectRef, Store},
         watcher,
     },
@@ -99,12 +100,7 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         })
         .shutdown_on_signal()
         .run(
-            |node, ctx| async move {
-                ctx.metrics
-                    .clone()
-                    .measure("node", node::reconcile(node, ctx))
-                    .await
-            },
+            measured("node", node::reconcile),
             node::error_policy,
             ctx.clone(),
         )
@@ -125,12 +121,7 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         })
         .shutdown_on_signal()
         .run(
-            |pool, ctx| async move {
-                ctx.metrics
-                    .clone()
-                    .measure("pool", pool::reconcile(pool, ctx))
-                    .await
-            },
+            measured("pool", pool::reconcile),
             pool::error_policy,
             ctx.clone(),
         )
@@ -153,6 +144,22 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         () = node_events => anyhow::bail!("node watch ended"),
         () = configmap_events => anyhow::bail!("ConfigMap watch ended"),
         () = device_class_events => anyhow::bail!("DeviceClass watch ended"),
+    }
+}
+
+/// Wraps a reconcile function so that every run is counted and timed under `controller`.
+fn measured<K, F, Fut>(
+    controller: &'static str,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::Result<Action>>
+where
+    K: Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = crate::Result<Action>> + Send + 'static,
+{
+    move |object, ctx| {
+        let metrics = ctx.metrics.clone();
+        Box::pin(async move { metrics.measure(controller, reconcile(object, ctx)).await })
     }
 }
 
