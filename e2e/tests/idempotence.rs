@@ -19,6 +19,19 @@ use serde_json::json;
 
 const NODES: usize = 4;
 
+/// Waits until the operator has written nothing for `quiet`.
+async fn wait_until_quiet(quiet: Duration) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = AtomicUsize::new(operator_writes()?.len());
+    let seen = &seen;
+    eventually("operator quiet", Duration::from_secs(60), || async move {
+        tokio::time::sleep(quiet).await;
+        let now = operator_writes()?.len();
+        Ok((seen.swap(now, Ordering::Relaxed) == now).then_some(()))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
     let client = admin_client().await?;
@@ -49,8 +62,9 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
         // The first pass is measured, not asserted: how often a node is written twice depends on
         // how far the watch cache lags behind the operator's own writes. A resync must write
         // nothing, and that is asserted below.
-        // Let in-flight echoes of the first pass settle before counting.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Count from quiet: the operator may still be finishing work of earlier test binaries
+        // (pools they deleted), and echoes of the first pass may be in flight.
+        wait_until_quiet(Duration::from_secs(2)).await?;
         let first_pass: Vec<String> = operator_writes()?[writes_before..]
             .iter()
             .filter(|w| w.contains(&pool))
