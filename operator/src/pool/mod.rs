@@ -28,7 +28,7 @@ pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Acti
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
     finalizer(&pools, POOL_FINALIZER, pool, |event| async {
         match event {
-            Event::Apply(pool) => write_status(&pool, &ctx).await,
+            Event::Apply(pool) => apply_pool(&pool, &ctx).await,
             Event::Cleanup(pool) => cleanup(&pool, &ctx).await,
         }
     })
@@ -47,7 +47,8 @@ pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Acti
     })
 }
 
-async fn write_status(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
+/// Everything one live pool needs: the DeviceClasses of DRA pools, then its status.
+async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     deviceclass::ensure(ctx).await?;
     let now = Time(Timestamp::now());
     let foreign = deviceclass::foreign_classes(ctx);
