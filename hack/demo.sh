@@ -30,6 +30,7 @@ show() { echo; echo "\$ kubectl $*"; $kubectl "$@"; }
 show get gpunodepools
 show get nodes -L fakegpu.dev/pool,nvidia.com/gpu.product,nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/gpu.family
 show get configmaps -n fakegpu-system -l node-topology=true
+show get deviceclasses -L app.kubernetes.io/managed-by
 node=$($kubectl get nodes -l fakegpu.dev/pool=a100-numa -o jsonpath='{.items[0].metadata.name}')
 echo; echo "\$ kubectl get configmap -n fakegpu-system topology-$node -o jsonpath='{.data.topology\\.yml}' | head -20"
 $kubectl get configmap -n fakegpu-system "topology-$node" -o jsonpath='{.data.topology\.yml}' | head -20
