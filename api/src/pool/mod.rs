@@ -96,6 +96,18 @@ pub struct GpuNodePoolSpec {
     pub other_resources: Vec<OtherResource>,
 }
 
+impl GpuNodePoolSpec {
+    /// The MIG strategy as GPU feature discovery names it (`nvidia.com/mig.strategy`, the
+    /// topology document's `migStrategy`): `none` when the pool sets no MIG.
+    pub fn mig_strategy_name(&self) -> &'static str {
+        match self.mig.as_ref().map(|m| m.strategy) {
+            None => "none",
+            Some(MigStrategy::Single) => "single",
+            Some(MigStrategy::Mixed) => "mixed",
+        }
+    }
+}
+
 /// How GPUs are simulated.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]

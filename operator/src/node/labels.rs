@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, label},
-    pool::{GpuNodePool, MigStrategy, resolve::ResolvedGpu},
+    pool::{GpuNodePool, resolve::ResolvedGpu},
     profiles::product_label_value,
 };
 use kube::ResourceExt;
@@ -72,12 +72,7 @@ pub fn desired_labels(
 
     let mig_capable = gpu.catalog.is_some_and(|p| p.mig_capable());
     set(label::MIG_CAPABLE, mig_capable.to_string());
-    let strategy = match pool.spec.mig.as_ref().map(|m| m.strategy) {
-        None => "none",
-        Some(MigStrategy::Single) => "single",
-        Some(MigStrategy::Mixed) => "mixed",
-    };
-    set(label::MIG_STRATEGY, strategy.into());
+    set(label::MIG_STRATEGY, pool.spec.mig_strategy_name().into());
     set(label::MPS_CAPABLE, "false".into());
     set(label::VGPU_PRESENT, "false".into());
 

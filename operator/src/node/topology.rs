@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, topology as names},
-    pool::{GpuNodePool, MigStrategy, NumaSpec, resolve::ResolvedGpu},
+    pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
     topology::{FORMAT_VERSION, GpuTopology, NodeTopology, OtherDevice, gpu_uuid},
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -72,12 +72,7 @@ pub fn desired_topology(
         gpu_product: gpu.product.clone(),
         driver_version: gpu.driver_version.clone(),
         cuda_version: gpu.cuda_version.clone(),
-        mig_strategy: match pool.spec.mig.as_ref().map(|m| m.strategy) {
-            None => "none",
-            Some(MigStrategy::Single) => "single",
-            Some(MigStrategy::Mixed) => "mixed",
-        }
-        .into(),
+        mig_strategy: pool.spec.mig_strategy_name().into(),
         other_devices: pool
             .spec
             .other_resources
