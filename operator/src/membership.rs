@@ -7,7 +7,10 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use fakegpu_api::{GpuNodePool, names::label};
+use fakegpu_api::{
+    GpuNodePool,
+    names::{fakegpu::POOL_LABEL, label},
+};
 use kube::{
     ResourceExt,
     core::{ParseExpressionError, Selector, SelectorExt},
@@ -29,6 +32,15 @@ pub fn selector(pool: &GpuNodePool) -> Result<Selector, ParseExpressionError> {
 pub fn selects(pool: &GpuNodePool, labels: &BTreeMap<String, String>) -> bool {
     pool.metadata.deletion_timestamp.is_none()
         && selector(pool).is_ok_and(|selector| selector.matches(labels))
+}
+
+/// Whether an event of `pool` concerns a node with these labels, or the other way round: the
+/// pool selects the node, or the node still carries the pool's labels from before.
+pub fn concerns(pool: &GpuNodePool, labels: &BTreeMap<String, String>) -> bool {
+    selects(pool, labels)
+        || labels
+            .get(POOL_LABEL)
+            .is_some_and(|p| *p == pool.name_any())
 }
 
 /// The pools that select a node, oldest first; the first one owns the node.
@@ -95,6 +107,18 @@ mod tests {
         assert!(owner(&pools, &labels(&[("type", "kwok"), ("zone", "b")])).is_some());
         assert!(owner(&pools, &labels(&[("type", "kwok"), ("zone", "c")])).is_none());
         assert!(owner(&pools, &labels(&[("zone", "a")])).is_none());
+    }
+
+    #[test]
+    fn a_pool_concerns_the_nodes_it_selects_and_those_it_labelled() {
+        let p = pool("p", 1, json!({"gpu": {"profile": "t4"}}));
+        assert!(concerns(&p, &labels(&[(label::NODE_POOL, "p")])));
+        assert!(
+            concerns(&p, &labels(&[(POOL_LABEL, "p")])),
+            "left the pool, still labelled"
+        );
+        assert!(!concerns(&p, &labels(&[(POOL_LABEL, "q")])));
+        assert!(!concerns(&p, &labels(&[])));
     }
 
     #[test]

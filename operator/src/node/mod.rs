@@ -141,12 +141,9 @@ pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.
 pub fn nodes_of_pool(nodes: &[Arc<Node>], pool: &GpuNodePool) -> Vec<ObjectRef<Node>> {
-    let name = pool.name_any();
     nodes
         .iter()
-        .filter(|node| {
-            membership::selects(pool, node.labels()) || node.labels().get(POOL_LABEL) == Some(&name)
-        })
+        .filter(|node| membership::concerns(pool, node.labels()))
         .map(|node| ObjectRef::from_obj(node.as_ref()))
         .collect()
 }

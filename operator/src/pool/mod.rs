@@ -112,12 +112,9 @@ pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) ->
 
 /// Pools a node event concerns: those that select it and the one it is labelled for.
 pub fn pools_of_node(pools: &[Arc<GpuNodePool>], node: &Node) -> Vec<ObjectRef<GpuNodePool>> {
-    let labelled_for = node.labels().get(POOL_LABEL);
     pools
         .iter()
-        .filter(|pool| {
-            membership::selects(pool, node.labels()) || labelled_for == Some(&pool.name_any())
-        })
+        .filter(|pool| membership::concerns(pool, node.labels()))
         .map(|pool| ObjectRef::from_obj(pool.as_ref()))
         .collect()
 }
