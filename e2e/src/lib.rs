@@ -296,6 +296,22 @@ pub async fn create_kwok_node(
         .with_context(|| format!("creating node {name}"))
 }
 
+/// Creates a GpuNodePool with this spec (a typed object: the spec must be valid Rust-side too).
+pub async fn create_pool(
+    client: &Client,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<fakegpu_api::GpuNodePool> {
+    let pool: fakegpu_api::GpuNodePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
+        "metadata": {"name": name}, "spec": spec,
+    }))?;
+    Api::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .with_context(|| format!("creating GpuNodePool {name}"))
+}
+
 /// The namespace of the running operator's topology ConfigMaps (hack/operator.sh).
 pub const OPERATOR_NAMESPACE: &str = "fakegpu-system";
 

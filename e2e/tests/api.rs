@@ -4,8 +4,8 @@
 use anyhow::{Context, ensure};
 use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
-    Cleanup, FIELD_MANAGER, admin_client, api_error, create_namespace, install_crds, kubectl,
-    repo_root, service_account_client, unique_name,
+    Cleanup, FIELD_MANAGER, admin_client, api_error, create_namespace, create_pool, install_crds,
+    kubectl, repo_root, service_account_client, unique_name,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::{
@@ -64,11 +64,7 @@ async fn printer_columns_show_pool_health() -> anyhow::Result<()> {
     install_crds(&client).await?;
     let name = unique_name("columns");
     let pools: Api<GpuNodePool> = Api::all(client.clone());
-    let pool: GpuNodePool = serde_json::from_value(json!({
-        "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
-        "metadata": {"name": name}, "spec": {"gpu": {"profile": "t4"}},
-    }))?;
-    pools.create(&PostParams::default(), &pool).await?;
+    create_pool(&client, &name, json!({"gpu": {"profile": "t4"}})).await?;
     let header = kubectl(&["get", "gnp", &name])?;
     pools.delete(&name, &DeleteParams::default()).await?;
     let first_line = header.lines().next().unwrap_or_default();

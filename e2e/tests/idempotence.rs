@@ -8,13 +8,11 @@ use std::time::Duration;
 use anyhow::ensure;
 use fakegpu_api::{GpuNodePool, names::label};
 use fakegpu_e2e::{
-    admin_client, create_kwok_node, eventually, hack, install_crds, operator_writes, unique_name,
+    admin_client, create_kwok_node, create_pool, eventually, hack, install_crds, operator_writes,
+    unique_name,
 };
 use k8s_openapi::api::core::v1::Node;
-use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, PostParams},
-};
+use kube::{Api, ResourceExt, api::DeleteParams};
 use serde_json::json;
 
 const NODES: usize = 4;
@@ -43,11 +41,12 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
         create_kwok_node(&client, name, &[(label::NODE_POOL, &pool)]).await?;
     }
     let pools: Api<GpuNodePool> = Api::all(client.clone());
-    let object: GpuNodePool = serde_json::from_value(json!({
-        "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
-        "metadata": {"name": pool}, "spec": {"gpu": {"profile": "h100"}, "numa": {"zones": 2}},
-    }))?;
-    pools.create(&PostParams::default(), &object).await?;
+    create_pool(
+        &client,
+        &pool,
+        json!({"gpu": {"profile": "h100"}, "numa": {"zones": 2}}),
+    )
+    .await?;
 
     let result = async {
         eventually("pool converged (is the operator running?)", Duration::from_secs(30), || async {

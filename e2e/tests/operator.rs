@@ -11,8 +11,8 @@ use fakegpu_api::{
     topology::{NodeTopology, gpu_uuid},
 };
 use fakegpu_e2e::{
-    Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, eventually, install_crds,
-    unique_name,
+    Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, create_pool, eventually,
+    install_crds, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -22,7 +22,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Convergence bound for the operator; generous for a loaded 2-core CI machine.
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -37,15 +37,6 @@ fn nodes(client: &Client) -> Api<Node> {
 
 fn configmaps(client: &Client) -> Api<ConfigMap> {
     Api::namespaced(client.clone(), OPERATOR_NAMESPACE)
-}
-
-async fn create_pool(client: &Client, name: &str, spec: Value) -> anyhow::Result<()> {
-    let pool: GpuNodePool = serde_json::from_value(json!({
-        "apiVersion": "fakegpu.dev/v1alpha1", "kind": "GpuNodePool",
-        "metadata": {"name": name}, "spec": spec,
-    }))?;
-    pools(client).create(&PostParams::default(), &pool).await?;
-    Ok(())
 }
 
 fn condition<'a>(pool: &'a GpuNodePool, type_: &str) -> Option<(&'a str, &'a str)> {
