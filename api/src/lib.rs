@@ -2,6 +2,7 @@
 //! externally visible name. The operator, the node agent and the fake nvidia-smi all build on it.
 
 pub mod crds;
+pub mod dra;
 pub mod names;
 pub mod pool;
 pub mod profiles;

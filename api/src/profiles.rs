@@ -35,6 +35,22 @@ impl Architecture {
     }
 }
 
+impl Architecture {
+    /// The architecture of a compute capability, for products the catalog does not know.
+    pub fn from_compute_capability(cc: ComputeCapability) -> Option<Self> {
+        Some(match (cc.major, cc.minor) {
+            (3, _) => Self::Kepler,
+            (7, 0..=4) => Self::Volta,
+            (7, _) => Self::Turing,
+            (8, 0..=8) => Self::Ampere,
+            (8, _) => Self::AdaLovelace,
+            (9, _) => Self::Hopper,
+            (10 | 12, _) => Self::Blackwell,
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Architecture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

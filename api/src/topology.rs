@@ -32,6 +32,15 @@ pub struct NodeTopology {
     pub cuda_version: String,
     /// `none`, `single` or `mixed`.
     pub mig_strategy: String,
+    /// go-nvlib architecture string (`Hopper`, `Ada Lovelace`, `Unknown`).
+    #[serde(default)]
+    pub architecture: String,
+    /// go-nvlib brand string (`Nvidia`, `Tesla`).
+    #[serde(default)]
+    pub brand: String,
+    /// CUDA compute capability `major.minor`; empty when unknown.
+    #[serde(default)]
+    pub compute_capability: String,
     /// Extended resources advertised next to the GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_devices: Vec<OtherDevice>,
@@ -56,6 +65,12 @@ pub struct GpuTopology {
     /// NUMA zone, when the pool declares NUMA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<u32>,
+    /// PCI address, `0000:01:00.0` (see [`pci_address`]).
+    #[serde(default)]
+    pub pci_bus_id: String,
+    /// PCIe root complex, `pci0000:00`: GPUs of one NUMA zone share it.
+    #[serde(default)]
+    pub pcie_root: String,
     #[serde(default)]
     pub status: GpuStatus,
 }
@@ -129,6 +144,23 @@ impl NodeTopology {
 pub fn gpu_uuid(node: &str, index: u32) -> String {
     let uuid = Uuid::new_v5(&Uuid::nil(), format!("{node}-{index}").as_bytes());
     format!("GPU-{uuid}")
+}
+
+/// PCI bus id and PCIe root of the `slot`-th GPU of NUMA zone `zone`: one PCI domain per zone,
+/// so that GPUs of a zone share a root (DRA `matchAttribute: resource.kubernetes.io/pcieRoot`
+/// then means "same NUMA zone", as on real multi-socket machines) and buses count up from 1.
+pub fn pci_address(zone: u32, slot: u32) -> (String, String) {
+    (
+        format!("{zone:04x}:{:02x}:00.0", slot + 1),
+        format!("pci{zone:04x}:00"),
+    )
+}
+
+impl GpuStatus {
+    /// Whether a pod holds or uses this GPU.
+    pub fn in_use(&self) -> bool {
+        !self.allocated_by.pod.is_empty() || !self.pod_gpu_usage_status.is_empty()
+    }
 }
 
 #[cfg(test)]

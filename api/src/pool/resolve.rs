@@ -1,7 +1,7 @@
 //! What a pool's `spec.gpu` amounts to once the profile catalog is applied.
 
 use crate::profiles::{
-    self, ComputeCapability, DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, GpuProfile,
+    self, Architecture, ComputeCapability, DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, GpuProfile,
 };
 
 use super::GpuSpec;
@@ -20,6 +20,26 @@ pub struct ResolvedGpu {
     /// The catalog entry the values came from: the named profile, or the entry whose product
     /// the pool names explicitly.
     pub catalog: Option<&'static GpuProfile>,
+}
+
+impl ResolvedGpu {
+    /// go-nvlib's architecture string; `Unknown` (also a go-nvlib value) when neither the catalog
+    /// nor the compute capability tells.
+    pub fn architecture(&self) -> &'static str {
+        self.catalog
+            .map(|p| p.architecture)
+            .or_else(|| {
+                self.compute_capability
+                    .and_then(Architecture::from_compute_capability)
+            })
+            .map_or("Unknown", Architecture::as_str)
+    }
+
+    /// go-nvlib's brand string: the catalog's, else `Nvidia` (what every current data-centre
+    /// part reports).
+    pub fn brand(&self) -> &'static str {
+        self.catalog.map_or("Nvidia", |p| p.brand)
+    }
 }
 
 /// Why a pool's GPUs cannot be resolved; reported as a pool condition, never a crash.
@@ -171,6 +191,12 @@ mod tests {
         ))
         .expect("resolves");
         assert_eq!(resolved.compute_capability, None);
+        assert_eq!((resolved.architecture(), resolved.brand()), ("Unknown", "Nvidia"));
+        let with_capability = resolve(&gpu(
+            json!({"product": "Imaginary", "count": 1, "memoryMiB": 1, "computeCapability": "8.9"}),
+        ))
+        .expect("resolves");
+        assert_eq!(with_capability.architecture(), "Ada Lovelace");
         assert_eq!(resolved.driver_version, DEFAULT_DRIVER_VERSION);
         assert!(resolved.catalog.is_none());
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
-    topology::{FORMAT_VERSION, GpuTopology, NodeTopology, OtherDevice, gpu_uuid},
+    topology::{FORMAT_VERSION, GpuTopology, NodeTopology, OtherDevice, gpu_uuid, pci_address},
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::{Resource, ResourceExt, api::ObjectMeta};
@@ -50,6 +50,7 @@ pub fn desired_topology(
         .numa
         .as_ref()
         .map(|numa| numa_zones(numa, gpu.count));
+    let mut slots_taken = BTreeMap::<u32, u32>::new();
     let gpus = (0..gpu.count)
         .map(|index| {
             let id = gpu_uuid(node, index);
@@ -57,10 +58,16 @@ pub fn desired_topology(
                 .and_then(|p| p.gpus.iter().find(|g| g.id == id))
                 .map(|g| g.status.clone())
                 .unwrap_or_default();
+            let numa_node = zones.as_ref().and_then(|z| z.get(index as usize).copied());
+            let slot = slots_taken.entry(numa_node.unwrap_or(0)).or_default();
+            let (pci_bus_id, pcie_root) = pci_address(numa_node.unwrap_or(0), *slot);
+            *slot += 1;
             GpuTopology {
-                numa_node: zones.as_ref().and_then(|z| z.get(index as usize).copied()),
+                numa_node,
                 id,
                 index,
+                pci_bus_id,
+                pcie_root,
                 status,
             }
         })
@@ -73,6 +80,12 @@ pub fn desired_topology(
         driver_version: gpu.driver_version.clone(),
         cuda_version: gpu.cuda_version.clone(),
         mig_strategy: pool.spec.mig_strategy_name().into(),
+        architecture: gpu.architecture().into(),
+        brand: gpu.brand().into(),
+        compute_capability: gpu
+            .compute_capability
+            .map(|cc| cc.to_string())
+            .unwrap_or_default(),
         other_devices: pool
             .spec
             .other_resources
@@ -162,6 +175,16 @@ mod tests {
         assert_eq!(document.gpus.len(), 8);
         assert_eq!(document.gpus[5].id, gpu_uuid("node-1", 5));
         assert_eq!(document.gpus[5].numa_node, Some(1));
+        // Zone 1's second GPU: its own PCI domain, second bus.
+        assert_eq!(
+            (document.gpus[5].pci_bus_id.as_str(), document.gpus[5].pcie_root.as_str()),
+            ("0001:02:00.0", "pci0001:00")
+        );
+        assert_eq!(document.gpus[0].pci_bus_id, "0000:01:00.0");
+        assert_eq!(
+            (document.architecture.as_str(), document.compute_capability.as_str()),
+            ("Ampere", "8.0")
+        );
         assert_eq!(
             (document.gpu_memory, document.gpu_product.as_str()),
             (40960, "NVIDIA A100-SXM4-40GB")

@@ -1,0 +1,257 @@
+//! The DRA view of a node's GPUs: devices named and attributed as NVIDIA's DRA driver
+//! (`gpu.nvidia.com`) publishes them, so that a CEL selector or a `matchAttribute` constraint
+//! written for real GPUs selects fakegpu's. The operator publishes this for KWOK nodes and the
+//! node agent for nodes with a kubelet; both build it here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::resource::v1::{Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSliceSpec},
+    apimachinery::pkg::api::resource::Quantity,
+};
+
+use crate::{names::resource::GPU_DRIVER, topology::NodeTopology};
+
+/// Device attribute keys. Unqualified keys live in the driver's domain
+/// (`device.attributes['gpu.nvidia.com'].productName` in CEL).
+pub mod attribute {
+    /// `gpu` for whole GPUs; the DeviceClasses select on it.
+    pub const TYPE: &str = "type";
+    pub const TYPE_GPU: &str = "gpu";
+    pub const UUID: &str = "uuid";
+    pub const PRODUCT_NAME: &str = "productName";
+    pub const BRAND: &str = "brand";
+    pub const ARCHITECTURE: &str = "architecture";
+    pub const CUDA_COMPUTE_CAPABILITY: &str = "cudaComputeCapability";
+    pub const DRIVER_VERSION: &str = "driverVersion";
+    pub const CUDA_DRIVER_VERSION: &str = "cudaDriverVersion";
+    /// Kubernetes' standard attribute (k8s.io/dynamic-resource-allocation/deviceattribute).
+    pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+    /// Kubernetes' standard attribute; GPUs of one NUMA zone share a root.
+    pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+    /// Capacity: framebuffer in bytes.
+    pub const MEMORY: &str = "memory";
+}
+
+/// Device name of GPU `index`: `gpu-<minor>`, as NVIDIA's driver names whole GPUs.
+pub fn gpu_device_name(index: u32) -> String {
+    format!("gpu-{index}")
+}
+
+/// The GPU index a whole-GPU device name stands for (`gpu-3` -> 3); `None` for other devices.
+pub fn gpu_index(device: &str) -> Option<u32> {
+    let digits = device.strip_prefix("gpu-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A version as NVIDIA's driver publishes it: each part read as an integer (leading zeros
+/// dropped) and padded to three parts, as Masterminds semver does (`550.163.01` ->
+/// `550.163.1`, `12.4` -> `12.4.0`). `None` when a part is not a number.
+pub fn semver(version: &str) -> Option<String> {
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u64>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    if parts.is_empty() || parts.len() > 3 {
+        return None;
+    }
+    parts.resize(3, 0);
+    Some(format!("{}.{}.{}", parts[0], parts[1], parts[2]))
+}
+
+/// `mib` MiB as a binary-SI quantity in its canonical form (`40960` -> `40Gi`, `11441` ->
+/// `11441Mi`), as the API server would print it.
+pub fn memory_quantity(mib: u64) -> Quantity {
+    Quantity(if mib != 0 && mib % (1024 * 1024) == 0 {
+        format!("{}Ti", mib / (1024 * 1024))
+    } else if mib != 0 && mib % 1024 == 0 {
+        format!("{}Gi", mib / 1024)
+    } else {
+        format!("{mib}Mi")
+    })
+}
+
+fn string(value: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(value.to_owned()),
+        ..Default::default()
+    }
+}
+
+fn version(value: &str) -> Option<DeviceAttribute> {
+    Some(DeviceAttribute {
+        version: Some(semver(value)?),
+        ..Default::default()
+    })
+}
+
+/// The whole-GPU devices of a node, in index order.
+pub fn gpu_devices(topology: &NodeTopology) -> Vec<Device> {
+    use attribute::*;
+    topology
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let mut attributes = BTreeMap::from([
+                (TYPE.to_owned(), string(TYPE_GPU)),
+                (UUID.to_owned(), string(&gpu.id)),
+                (PRODUCT_NAME.to_owned(), string(&topology.gpu_product)),
+                (BRAND.to_owned(), string(&topology.brand)),
+                (ARCHITECTURE.to_owned(), string(&topology.architecture)),
+            ]);
+            let versions = [
+                (CUDA_COMPUTE_CAPABILITY, &topology.compute_capability),
+                (DRIVER_VERSION, &topology.driver_version),
+                (CUDA_DRIVER_VERSION, &topology.cuda_version),
+            ];
+            for (key, value) in versions {
+                if let Some(attribute) = version(value) {
+                    attributes.insert(key.to_owned(), attribute);
+                }
+            }
+            if !gpu.pci_bus_id.is_empty() {
+                attributes.insert(PCI_BUS_ID.to_owned(), string(&gpu.pci_bus_id));
+                attributes.insert(PCIE_ROOT.to_owned(), string(&gpu.pcie_root));
+            }
+            Device {
+                name: gpu_device_name(gpu.index),
+                attributes: Some(attributes),
+                capacity: Some(BTreeMap::from([(
+                    MEMORY.to_owned(),
+                    DeviceCapacity {
+                        value: memory_quantity(topology.gpu_memory),
+                        request_policy: None,
+                    },
+                )])),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The spec of `node`'s one ResourceSlice for driver `gpu.nvidia.com`: a pool named after the
+/// node (NVIDIA's driver and the reference do the same), `generation` raised by the caller
+/// whenever the devices change.
+pub fn gpu_slice_spec(node: &str, topology: &NodeTopology, generation: i64) -> ResourceSliceSpec {
+    ResourceSliceSpec {
+        driver: GPU_DRIVER.to_owned(),
+        node_name: Some(node.to_owned()),
+        pool: ResourcePool {
+            name: node.to_owned(),
+            generation,
+            resource_slice_count: 1,
+        },
+        devices: Some(gpu_devices(topology)),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{GpuTopology, NodeTopology};
+
+    fn topology() -> NodeTopology {
+        NodeTopology {
+            gpu_memory: 81559,
+            gpu_product: "NVIDIA H100 80GB HBM3".into(),
+            driver_version: "550.163.01".into(),
+            cuda_version: "12.4".into(),
+            architecture: "Hopper".into(),
+            brand: "Nvidia".into(),
+            compute_capability: "9.0".into(),
+            gpus: (0..2)
+                .map(|index| GpuTopology {
+                    id: format!("GPU-{index}"),
+                    index,
+                    pci_bus_id: format!("0000:0{}:00.0", index + 1),
+                    pcie_root: "pci0000:00".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn versions_are_published_as_nvidia_normalises_them() {
+        assert_eq!(semver("550.163.01").as_deref(), Some("550.163.1"));
+        assert_eq!(semver("580.65.06").as_deref(), Some("580.65.6"));
+        assert_eq!(semver("555.42").as_deref(), Some("555.42.0"));
+        assert_eq!(semver("12.4").as_deref(), Some("12.4.0"));
+        assert_eq!(semver("9.0").as_deref(), Some("9.0.0"));
+        assert_eq!(semver(""), None);
+        assert_eq!(semver("1.2.3.4"), None);
+        assert_eq!(semver("12.x"), None);
+    }
+
+    #[test]
+    fn memory_is_a_canonical_binary_quantity() {
+        assert_eq!(memory_quantity(40960).0, "40Gi");
+        assert_eq!(memory_quantity(11441).0, "11441Mi");
+        assert_eq!(memory_quantity(1024 * 1024).0, "1Ti");
+    }
+
+    #[test]
+    fn device_names_map_back_to_indices() {
+        assert_eq!(gpu_device_name(7), "gpu-7");
+        assert_eq!(gpu_index("gpu-7"), Some(7));
+        assert_eq!(gpu_index("gpu-0-mig-1g10gb-19-0"), None);
+        assert_eq!(gpu_index("gpu-"), None);
+        assert_eq!(gpu_index("channel-0"), None);
+    }
+
+    #[test]
+    fn devices_carry_nvidias_attributes() {
+        let devices = gpu_devices(&topology());
+        assert_eq!(devices.len(), 2);
+        let device = &devices[1];
+        assert_eq!(device.name, "gpu-1");
+        let attributes = device.attributes.as_ref().expect("attributes");
+        let text = |key: &str| {
+            let a = &attributes[key];
+            a.string.clone().or(a.version.clone()).expect("set")
+        };
+        assert_eq!(text("type"), "gpu");
+        assert_eq!(text("uuid"), "GPU-1");
+        assert_eq!(text("productName"), "NVIDIA H100 80GB HBM3");
+        assert_eq!(text("architecture"), "Hopper");
+        assert_eq!(text("brand"), "Nvidia");
+        assert_eq!(text("cudaComputeCapability"), "9.0.0");
+        assert_eq!(text("driverVersion"), "550.163.1");
+        assert_eq!(text("cudaDriverVersion"), "12.4.0");
+        assert_eq!(text("resource.kubernetes.io/pciBusID"), "0000:02:00.0");
+        assert_eq!(text("resource.kubernetes.io/pcieRoot"), "pci0000:00");
+        // Versions are typed as versions, so CEL's semver comparisons work on them.
+        assert!(attributes["driverVersion"].string.is_none());
+        let memory = &device.capacity.as_ref().expect("capacity")["memory"];
+        assert_eq!(memory.value.0, "81559Mi");
+    }
+
+    #[test]
+    fn unknown_capability_is_left_out_rather_than_invented() {
+        let mut topology = topology();
+        topology.compute_capability.clear();
+        let devices = gpu_devices(&topology);
+        let attributes = devices[0].attributes.as_ref().expect("attributes");
+        assert!(!attributes.contains_key("cudaComputeCapability"));
+    }
+
+    #[test]
+    fn slice_is_one_pool_named_after_the_node() {
+        let spec = gpu_slice_spec("node-1", &topology(), 4);
+        assert_eq!(spec.driver, "gpu.nvidia.com");
+        assert_eq!(spec.node_name.as_deref(), Some("node-1"));
+        assert_eq!(
+            (
+                spec.pool.name.as_str(),
+                spec.pool.generation,
+                spec.pool.resource_slice_count
+            ),
+            ("node-1", 4, 1)
+        );
+    }
+}
