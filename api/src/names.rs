@@ -131,6 +131,12 @@ pub mod annotation {
     /// Pod annotation with the simulated utilization of the pod's GPUs, `"N"` or `"MIN-MAX"`
     /// percent. Written by users and load generators; read by the metrics exporter.
     pub const SIMULATED_UTILIZATION: &str = "run.ai/simulated-gpu-utilization";
+    /// Pod annotation (Run:ai) with the share of a GPU's memory the pod uses, `0.5`; read by
+    /// pod tracking for the framebuffer a pod occupies (default: all of it).
+    pub const GPU_FRACTION: &str = "gpu-fraction";
+    /// Topology ConfigMap annotation: how many of the node's GPUs pods hold. Written by pod
+    /// tracking, read by the pool status (so it need not parse every node's document).
+    pub const ALLOCATED_GPUS: &str = "fakegpu.dev/allocated-gpus";
 }
 
 /// Extended resources and DRA names.
@@ -147,6 +153,14 @@ pub mod resource {
     pub const GPU_DEVICE_CLASS: &str = "gpu.nvidia.com";
     /// DeviceClass of MIG devices (NVIDIA's DRA driver installs one of this name).
     pub const MIG_DEVICE_CLASS: &str = "mig.nvidia.com";
+}
+
+/// Node conditions.
+pub mod condition {
+    /// Node condition (type) that fake-backend pool nodes carry once `nvidia.com/gpu` is
+    /// allocatable: schedulers doing GPU fractions (Run:ai, KAI) wait for it. Written by the
+    /// operator, only when no other controller owns a condition of this type.
+    pub const GPU_FRACTIONING_READY: &str = "gpu-fractioning.nvidia.com/Ready";
 }
 
 /// Names fakegpu itself puts on objects.

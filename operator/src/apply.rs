@@ -5,7 +5,7 @@
 
 use fakegpu_api::names::FIELD_MANAGER;
 use kube::{
-    Api,
+    Api, Resource,
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -52,4 +52,41 @@ where
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(error) => Err(error.into()),
     }
+}
+
+/// The fields fakegpu's applies own in `object` (`fieldsV1`, keys like `f:status`), in the
+/// main resource (`subresource` None) or a subresource. Tells what a release must take back
+/// and whether a field is someone else's.
+pub fn owned_fields<'a, K: Resource>(
+    object: &'a K,
+    subresource: Option<&str>,
+) -> Option<&'a serde_json::Value> {
+    object
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|entry| {
+            entry.manager.as_deref() == Some(FIELD_MANAGER)
+                && entry.operation.as_deref() == Some("Apply")
+                && entry.subresource.as_deref() == subresource
+        })
+        .and_then(|entry| entry.fields_v1.as_ref())
+        .map(|fields| &fields.0)
+}
+
+/// Map keys owned under `path` of a `fieldsV1` set: `["f:status", "f:capacity"]` gives the
+/// resource names of the capacity entries.
+pub fn owned_keys(fields: Option<&serde_json::Value>, path: &[&str]) -> Vec<String> {
+    let mut at = fields;
+    for step in path {
+        at = at.and_then(|value| value.get(step));
+    }
+    at.and_then(|value| value.as_object())
+        .map(|map| {
+            map.keys()
+                .filter_map(|key| key.strip_prefix("f:").map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }

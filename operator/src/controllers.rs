@@ -11,12 +11,15 @@ use std::sync::Arc;
 
 use fakegpu_api::{
     GpuNodePool,
-    names::topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+    names::{
+        fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
+        topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+    },
 };
 use futures::{Stream, StreamExt, channel::mpsc, future, future::BoxFuture};
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Node},
-    resource::v1::DeviceClass,
+    core::v1::{ConfigMap, Node, Pod},
+    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -29,7 +32,13 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use crate::{Context, metrics::Metrics, node, pool};
+use crate::{
+    Context,
+    metrics::Metrics,
+    node,
+    pods::{self, PodsByNode},
+    pool, tracking,
+};
 
 /// Runs both controllers until a termination signal; returns once they have stopped.
 pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow::Result<()> {
@@ -37,14 +46,13 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
     let (nodes, node_writer) = reflector::store::<Node>();
     let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
     let (device_classes, device_class_writer) = reflector::store::<DeviceClass>();
+    let (slices, slice_writer) = reflector::store::<ResourceSlice>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (claims, claim_writer) = reflector::store::<ResourceClaim>();
+    let pods_by_node = PodsByNode::default();
 
-    let config = watcher::Config::default();
-    let pool_events = log_errors(
-        watcher(Api::<GpuNodePool>::all(client.clone()), config.clone())
-            .default_backoff()
-            .reflect(pool_writer)
-            .touched_objects(),
-    );
+    let all = watcher::Config::default();
+    let pool_events = cached(Api::all(client.clone()), all.clone(), pool_writer, |_| {});
     let (
         pool_events,
         [
@@ -53,33 +61,46 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
             pools_for_node_controller,
         ],
     ) = fan_out(pool_events);
-    let node_events = log_errors(
-        watcher(Api::<Node>::all(client.clone()), config.clone())
-            .default_backoff()
-            .reflect(node_writer)
-            .touched_objects(),
-    );
+    let node_events = cached(Api::all(client.clone()), all.clone(), node_writer, |_| {});
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
-    let configmap_events = log_errors(
-        watcher(
-            Api::<ConfigMap>::namespaced(client.clone(), &namespace),
-            config
-                .clone()
-                .labels(&format!("{NODE_TOPOLOGY_LABEL}=true")),
-        )
-        .default_backoff()
-        .reflect(configmap_writer)
-        .touched_objects(),
+    let topology_configmaps = all
+        .clone()
+        .labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
+    let configmap_events = cached(
+        Api::namespaced(client.clone(), &namespace),
+        topology_configmaps,
+        configmap_writer,
+        |_| {},
     );
     // Driven here, not by the node controller: the controllers start only once this cache is full.
-    let (configmap_events, [configmap_events_for_nodes]) = fan_out(configmap_events);
-    let device_class_events = log_errors(
-        watcher(Api::<DeviceClass>::all(client.clone()), config.clone())
-            .default_backoff()
-            .reflect(device_class_writer)
-            .touched_objects(),
+    let (configmap_events, [configmaps_for_nodes, configmaps_for_pools]) =
+        fan_out(configmap_events);
+    let device_class_events = cached(
+        Api::all(client.clone()),
+        all.clone(),
+        device_class_writer,
+        |_| {},
     );
     let (device_class_events, [device_classes_for_pools]) = fan_out(device_class_events);
+    let own_slices = all
+        .clone()
+        .labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
+    let slice_events = cached(Api::all(client.clone()), own_slices, slice_writer, |_| {});
+    let (slice_events, [slices_for_nodes]) = fan_out(slice_events);
+    let index = pods_by_node.clone();
+    let pod_store = pods.clone();
+    let pod_events = cached(
+        Api::all(client.clone()),
+        pods::watch_config(),
+        pod_writer,
+        pods::slim,
+    )
+    .inspect(move |pod| index.observe(pod, &pod_store));
+    let (pod_events, [pods_for_nodes]) = fan_out(pod_events);
+    let claim_events = cached(Api::all(client.clone()), all, claim_writer, |claim| {
+        claim.metadata.managed_fields = None;
+    });
+    let (claim_events, [claims_for_nodes]) = fan_out(claim_events);
 
     let ctx = Arc::new(Context {
         client,
@@ -88,6 +109,10 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         nodes: nodes.clone(),
         configmaps: configmaps.clone(),
         device_classes: device_classes.clone(),
+        slices: slices.clone(),
+        pods: pods.clone(),
+        pods_by_node,
+        claims: claims.clone(),
         metrics: metrics.clone(),
     });
     let node_store = nodes.clone();
@@ -95,8 +120,22 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         .watches_stream(pools_for_node_controller.map(Ok), move |pool| {
             node::nodes_of_pool(&node_store.state(), &pool)
         })
-        .watches_stream(configmap_events_for_nodes.map(Ok), |cm| {
+        .watches_stream(configmaps_for_nodes.map(Ok), |cm| {
             cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
+        })
+        .watches_stream(slices_for_nodes.map(Ok), |slice| {
+            slice.spec.node_name.as_deref().map(ObjectRef::new)
+        })
+        .watches_stream(pods_for_nodes.map(Ok), |pod| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .map(ObjectRef::new)
+        })
+        .watches_stream(claims_for_nodes.map(Ok), |claim| {
+            tracking::nodes_of_claim(&claim)
+                .into_iter()
+                .map(|node| ObjectRef::new(&node))
         })
         .shutdown_on_signal()
         .run(
@@ -119,6 +158,10 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         .watches_stream(for_pool_controller.map(Ok), move |node| {
             pool::pools_of_node(&pool_store.state(), &node)
         })
+        // A node's allocated GPUs count in its pool's status.
+        .watches_stream(configmaps_for_pools.map(Ok), |cm| {
+            cm.labels().get(POOL_LABEL).map(|p| ObjectRef::new(p))
+        })
         .shutdown_on_signal()
         .run(
             measured("pool", pool::reconcile),
@@ -128,11 +171,15 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         .for_each(|result| log_outcome("pool", result));
 
     let controllers = async {
-        // A node reconciled before the pools are known would look poolless and lose its labels.
+        // A node reconciled before the pools are known would look poolless and lose its labels;
+        // one reconciled before its pods are known would free their GPUs.
         pools.wait_until_ready().await?;
         nodes.wait_until_ready().await?;
         configmaps.wait_until_ready().await?;
         device_classes.wait_until_ready().await?;
+        slices.wait_until_ready().await?;
+        pods.wait_until_ready().await?;
+        claims.wait_until_ready().await?;
         info!("caches ready, starting controllers");
         metrics.set_ready();
         future::join(node_controller, pool_controller).await;
@@ -144,7 +191,36 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         () = node_events => anyhow::bail!("node watch ended"),
         () = configmap_events => anyhow::bail!("ConfigMap watch ended"),
         () = device_class_events => anyhow::bail!("DeviceClass watch ended"),
+        () = slice_events => anyhow::bail!("ResourceSlice watch ended"),
+        () = pod_events => anyhow::bail!("Pod watch ended"),
+        () = claim_events => anyhow::bail!("ResourceClaim watch ended"),
     }
+}
+
+/// One kind's watch feeding its cache: every object applied or deleted, after `modify` (which
+/// trims what the cache need not hold). Watch errors are logged and retried with backoff.
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    modify: impl FnMut(&mut K) + Send + 'static,
+) -> impl Stream<Item = K> + Send
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    log_errors(
+        watcher(api, config)
+            .default_backoff()
+            .modify(modify)
+            .reflect(writer)
+            .touched_objects(),
+    )
 }
 
 /// Wraps a reconcile function so that every run is counted and timed under `controller`.

@@ -2,6 +2,8 @@
 //!
 //! Two controllers share one set of watch caches (reflector stores):
 //! - [`node`]: per Node, the labels and the topology ConfigMap of the pool that owns it;
+//!   the node's status (KWOK capacity, fractioning condition), its KWOK ResourceSlice, and
+//!   which pod holds which GPU ([`tracking`]);
 //! - [`pool`]: per GpuNodePool, its status, conditions and the cleanup finalizer.
 //!
 //! Each concern keeps its desired state in pure functions (unit tested without a cluster) and
@@ -13,14 +15,16 @@ pub mod deviceclass;
 pub mod membership;
 pub mod metrics;
 pub mod node;
+pub mod pods;
 pub mod pool;
+pub mod tracking;
 #[cfg(test)]
 mod testing;
 
 use fakegpu_api::GpuNodePool;
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Node},
-    resource::v1::DeviceClass,
+    core::v1::{ConfigMap, Node, Pod},
+    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
 use kube::{Client, runtime::reflector::Store};
 
@@ -59,6 +63,12 @@ pub struct Context {
     pub nodes: Store<Node>,
     pub configmaps: Store<ConfigMap>,
     pub device_classes: Store<DeviceClass>,
+    /// fakegpu's own ResourceSlices (those of KWOK nodes).
+    pub slices: Store<ResourceSlice>,
+    /// Bound, unfinished pods, slimmed (see [`pods`]).
+    pub pods: Store<Pod>,
+    pub pods_by_node: pods::PodsByNode,
+    pub claims: Store<ResourceClaim>,
     pub metrics: metrics::Metrics,
 }
 

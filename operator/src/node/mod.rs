@@ -1,7 +1,10 @@
-//! The node controller: gives each node the labels and the topology ConfigMap of the pool that
-//! owns it, and takes them away when no pool does.
+//! The node controller: gives each node what the pool that owns it means for it (labels, status
+//! entries, a KWOK ResourceSlice, the topology ConfigMap with the pods holding its GPUs), and
+//! takes them away when no pool does.
 
 pub mod labels;
+pub mod slice;
+pub mod status;
 pub mod topology;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -12,7 +15,14 @@ use fakegpu_api::{
     pool::resolve::{ResolvedGpu, resolve},
     topology::NodeTopology,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::{
+    api::{
+        core::v1::{ConfigMap, Node},
+        resource::v1::ResourceSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
 use kube::{
     Api, ResourceExt,
     api::ListParams,
@@ -21,7 +31,7 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::{Context, Error, Result, apply, membership};
+use crate::{Context, Error, Result, apply, membership, tracking};
 
 /// KWOK nodes have no kubelet: no node agent runs there, the operator serves them centrally.
 pub fn has_kubelet(node: &Node) -> bool {
@@ -40,7 +50,10 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     match resolve(&pool.spec.gpu) {
         Ok(gpu) => {
             ensure_labels(&ctx, &node, &pool, &gpu).await?;
-            ensure_topology(&ctx, &node, &pool, &gpu).await?;
+            ensure_status(&ctx, &node, &pool, &gpu).await?;
+            let topology = desired_topology(&ctx, &node, &pool, &gpu);
+            ensure_slice(&ctx, &node, &pool, &topology).await?;
+            ensure_topology(&ctx, &node, &pool, &topology).await?;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
         // must not strip GPUs from nodes that run workloads.
@@ -87,30 +100,141 @@ async fn apply_labels(ctx: &Context, node: &str, labels: &BTreeMap<String, Strin
     }
 }
 
+/// KWOK capacity and the fractioning condition, in one apply of the node's status.
+async fn ensure_status(
+    ctx: &Context,
+    node: &Node,
+    pool: &GpuNodePool,
+    gpu: &ResolvedGpu,
+) -> Result<()> {
+    let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
+    let now = Time(Timestamp::now());
+    let intent = status::StatusIntent {
+        fractioning: status::desired_fractioning(node, pool, &resources, &now),
+        resources,
+    };
+    apply_status(ctx, node, &intent).await
+}
+
+async fn apply_status(ctx: &Context, node: &Node, intent: &status::StatusIntent) -> Result<()> {
+    if status::status_current(node, intent) {
+        return Ok(());
+    }
+    let name = node.name_any();
+    info!(node = %name, resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "writing node status");
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    match apply::apply_status(&nodes, &name, &status::status_patch(&name, intent)).await {
+        Ok(_) => Ok(()),
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+            debug!(node = %name, "node is gone; no status to write");
+            Ok(())
+        }
+        Err(error) => Err(error),
+    }
+}
+
 fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<ConfigMap>> {
     ctx.configmaps
         .get(&ObjectRef::new(&topology::configmap_name(node)).within(&ctx.namespace))
+}
+
+/// GPUs of `node` that pods hold, as pod tracking last recorded it.
+pub fn allocated_gpus(ctx: &Context, node: &str) -> u32 {
+    cached_configmap(ctx, node)
+        .and_then(|cm| cm.annotations().get(annotation::ALLOCATED_GPUS)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn cached_slice(ctx: &Context, node: &str) -> Option<Arc<ResourceSlice>> {
+    ctx.slices.get(&ObjectRef::new(&slice::slice_name(node)))
+}
+
+/// The node's document: the pool's GPUs, with the pods that hold them now.
+fn desired_topology(
+    ctx: &Context,
+    node: &Node,
+    pool: &GpuNodePool,
+    gpu: &ResolvedGpu,
+) -> NodeTopology {
+    let name = node.name_any();
+    // A document edited by hand into garbage is simply rebuilt.
+    let previous = cached_configmap(ctx, &name)
+        .and_then(|cm| cm.data.as_ref()?.get(DATA_KEY).cloned())
+        .and_then(|text| NodeTopology::from_yaml(&text).ok());
+    let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref());
+    let default = pool
+        .spec
+        .utilization
+        .as_ref()
+        .and_then(|u| u.default.as_deref())
+        .and_then(|text| text.parse().ok());
+    let users: Vec<_> = ctx
+        .pods_by_node
+        .pods_on(&name, &ctx.pods)
+        .iter()
+        .filter_map(|pod| {
+            let namespace = pod.namespace().unwrap_or_default();
+            let claim = |claim: &str| ctx.claims.get(&ObjectRef::new(claim).within(&namespace));
+            tracking::gpu_user(pod, &name, claim, default, gpu.memory_mib)
+        })
+        .collect();
+    tracking::assign(&mut document.gpus, &users);
+    document
+}
+
+/// The ResourceSlice of a KWOK node in a DRA pool; none otherwise (the node agent publishes
+/// slices for nodes with a kubelet).
+async fn ensure_slice(
+    ctx: &Context,
+    node: &Node,
+    pool: &GpuNodePool,
+    topology: &NodeTopology,
+) -> Result<()> {
+    let name = node.name_any();
+    let current = cached_slice(ctx, &name);
+    if !(pool.spec.interfaces.dra && !has_kubelet(node)) {
+        return remove_slice(ctx, &name, current.is_some()).await;
+    }
+    let desired = slice::desired_slice(node, &pool.name_any(), topology, current.as_deref());
+    if current.is_some_and(|c| slice::slice_current(&c, &desired)) {
+        return Ok(());
+    }
+    info!(node = %name, pool = %pool.name_any(), generation = desired.spec.pool.generation, "writing ResourceSlice");
+    let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
+    apply::apply(&slices, &slice::slice_name(&name), &desired)
+        .await
+        .map(drop)
+}
+
+async fn remove_slice(ctx: &Context, node: &str, exists: bool) -> Result<()> {
+    if !exists {
+        return Ok(());
+    }
+    info!(node, "removing ResourceSlice");
+    let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
+    apply::delete(&slices, &slice::slice_name(node)).await
 }
 
 async fn ensure_topology(
     ctx: &Context,
     node: &Node,
     pool: &GpuNodePool,
-    gpu: &ResolvedGpu,
+    document: &NodeTopology,
 ) -> Result<()> {
     let name = node.name_any();
     let current = cached_configmap(ctx, &name);
-    // A document edited by hand into garbage is simply rebuilt (it loses recorded usage).
-    let previous = current
-        .as_ref()
-        .and_then(|cm| cm.data.as_ref()?.get(DATA_KEY).cloned())
-        .and_then(|text| NodeTopology::from_yaml(&text).ok());
-    let document = topology::desired_topology(pool, gpu, &name, previous.as_ref()).to_yaml()?;
-    let desired = topology::desired_configmap(&ctx.namespace, node, &pool.name_any(), document);
+    let allocated = tracking::allocated_count(&document.gpus);
+    let desired = topology::desired_configmap(
+        &ctx.namespace,
+        node,
+        &pool.name_any(),
+        document.to_yaml()?,
+        allocated,
+    );
     if current.is_some_and(|cm| topology::configmap_current(&cm, &desired)) {
         return Ok(());
     }
-    info!(node = %name, pool = %pool.name_any(), "writing topology ConfigMap");
+    info!(node = %name, pool = %pool.name_any(), allocated, "writing topology ConfigMap");
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     apply::apply(&configmaps, &topology::configmap_name(&name), &desired)
         .await
@@ -118,13 +242,18 @@ async fn ensure_topology(
 }
 
 /// Takes away what the operator gave a node: its labels (an empty apply drops every label the
-/// field manager owns, and only those) and its topology ConfigMap.
+/// field manager owns, and only those), its status entries, its slice and its topology
+/// ConfigMap.
 pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
     let name = node.name_any();
     if node.labels().contains_key(POOL_LABEL) {
         info!(node = %name, "node left its pool: removing labels");
         apply_labels(ctx, &name, &BTreeMap::new()).await?;
     }
+    if status::owns_status(node) {
+        apply_status(ctx, node, &status::StatusIntent::default()).await?;
+    }
+    remove_slice(ctx, &name, cached_slice(ctx, &name).is_some()).await?;
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");
         let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);

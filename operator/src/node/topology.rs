@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use fakegpu_api::{
-    names::{fakegpu::POOL_LABEL, topology as names},
+    names::{annotation, fakegpu::POOL_LABEL, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
     topology::{FORMAT_VERSION, GpuTopology, NodeTopology, OtherDevice, gpu_uuid, pci_address},
 };
@@ -101,7 +101,13 @@ pub fn desired_topology(
 
 /// The ConfigMap holding `document` for `node`. It is owned by the Node, so the garbage
 /// collector removes it with the node; the operator deletes it when the node leaves its pool.
-pub fn desired_configmap(namespace: &str, node: &Node, pool: &str, document: String) -> ConfigMap {
+pub fn desired_configmap(
+    namespace: &str,
+    node: &Node,
+    pool: &str,
+    document: String,
+    allocated_gpus: u32,
+) -> ConfigMap {
     let name = node.name_any();
     let labels = BTreeMap::from([
         (names::NODE_TOPOLOGY_LABEL.to_owned(), "true".to_owned()),
@@ -113,6 +119,10 @@ pub fn desired_configmap(namespace: &str, node: &Node, pool: &str, document: Str
             name: Some(configmap_name(&name)),
             namespace: Some(namespace.to_owned()),
             labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                annotation::ALLOCATED_GPUS.to_owned(),
+                allocated_gpus.to_string(),
+            )])),
             owner_references: node.controller_owner_ref(&()).map(|owner| vec![owner]),
             ..Default::default()
         },
@@ -127,8 +137,12 @@ pub fn configmap_current(current: &ConfigMap, desired: &ConfigMap) -> bool {
         .labels()
         .iter()
         .all(|(k, v)| current.labels().get(k) == Some(v));
+    let annotations_match = desired
+        .annotations()
+        .iter()
+        .all(|(k, v)| current.annotations().get(k) == Some(v));
     let owners_match = desired.owner_references() == current.owner_references();
-    labels_match && owners_match && current.data == desired.data
+    labels_match && annotations_match && owners_match && current.data == desired.data
 }
 
 #[cfg(test)]
@@ -209,11 +223,12 @@ mod tests {
     fn configmap_is_labelled_and_owned_by_the_node() {
         let node: Node = serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u-1"}}))
             .expect("test node");
-        let cm = desired_configmap("fakegpu-system", &node, "p", "doc".into());
+        let cm = desired_configmap("fakegpu-system", &node, "p", "doc".into(), 2);
         assert_eq!(cm.name_any(), "topology-n");
         assert_eq!(cm.labels()["node-topology"], "true");
         assert_eq!(cm.labels()["node-name"], "n");
         assert_eq!(cm.owner_references()[0].uid, "u-1");
+        assert_eq!(cm.annotations()["fakegpu.dev/allocated-gpus"], "2");
         assert!(configmap_current(&cm, &cm));
         let mut edited = cm.clone();
         edited.data = Some(BTreeMap::from([("topology.yml".into(), "garbage".into())]));

@@ -52,8 +52,15 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     deviceclass::ensure(ctx).await?;
     let now = Time(Timestamp::now());
     let foreign = deviceclass::foreign_classes(ctx);
-    let desired =
-        status::desired_status(pool, &ctx.pools.state(), &ctx.nodes.state(), &foreign, &now);
+    let allocated = |node: &str| node::allocated_gpus(ctx, node);
+    let desired = status::desired_status(
+        pool,
+        &ctx.pools.state(),
+        &ctx.nodes.state(),
+        &foreign,
+        allocated,
+        &now,
+    );
     if pool.status.as_ref() == Some(&desired) {
         return Ok(Action::await_change());
     }

@@ -39,7 +39,7 @@ pub fn is_problem(condition: &Condition) -> bool {
 }
 
 /// The status `pool` should have. `foreign_classes` are DeviceClasses of fakegpu's names that
-/// someone else owns. `now` stamps conditions whose status or reason changed;
+/// someone else owns; `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions whose status or reason changed;
 /// unchanged conditions keep their previous transition time, so an unchanged pool yields an
 /// unchanged status.
 pub fn desired_status(
@@ -47,6 +47,7 @@ pub fn desired_status(
     pools: &[Arc<GpuNodePool>],
     nodes: &[Arc<Node>],
     foreign_classes: &[String],
+    allocated: impl Fn(&str) -> u32,
     now: &Time,
 ) -> GpuNodePoolStatus {
     let name = pool.name_any();
@@ -163,20 +164,22 @@ pub fn desired_status(
         .collect();
 
     let node_count = u32::try_from(labelled.len()).unwrap_or(u32::MAX);
+    let allocated: Vec<u32> = labelled.iter().map(|n| allocated(&n.name_any())).collect();
     GpuNodePoolStatus {
         observed_generation: generation,
         conditions,
         product: resolved.as_ref().ok().map(|g| g.product.clone()),
         node_count,
         gpu_count: node_count.saturating_mul(gpus_per_node),
-        allocated_gpus: 0,
+        allocated_gpus: allocated.iter().sum(),
         nodes: labelled
             .iter()
+            .zip(&allocated)
             .take(MAX_LISTED_NODES)
-            .map(|n| PoolNodeStatus {
+            .map(|(n, allocated)| PoolNodeStatus {
                 name: n.name_any(),
                 gpus: gpus_per_node,
-                allocated_gpus: 0,
+                allocated_gpus: *allocated,
                 kwok: !has_kubelet(n),
             })
             .collect(),
@@ -214,6 +217,10 @@ mod tests {
     use super::*;
     use crate::testing::{kwok_node as node, pool, time};
 
+    fn none(_: &str) -> u32 {
+        0
+    }
+
     fn find<'a>(status: &'a GpuNodePoolStatus, type_: &str) -> &'a Condition {
         status
             .conditions
@@ -236,8 +243,11 @@ mod tests {
             ),
             node("other", json!({})),
         ];
-        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], &time(100));
+        let two_on_n2 = |node: &str| if node == "n2" { 2 } else { 0 };
+        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], two_on_n2, &time(100));
         assert_eq!((status.node_count, status.gpu_count), (2, 8));
+        assert_eq!(status.allocated_gpus, 2);
+        assert_eq!(status.nodes[1].allocated_gpus, 2);
         assert_eq!(status.product.as_deref(), Some("Tesla T4"));
         assert_eq!(status.observed_generation, Some(3));
         let ready = find(&status, READY);
@@ -261,7 +271,7 @@ mod tests {
     fn progressing_until_nodes_are_labelled() {
         let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
         let nodes = [node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"}))];
-        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], &time(100));
+        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], none, &time(100));
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -273,7 +283,7 @@ mod tests {
     #[test]
     fn unknown_profile_is_a_condition() {
         let a = pool("a", 1, json!({"gpu": {"profile": "future-gpu"}}));
-        let status = desired_status(&a, std::slice::from_ref(&a), &[], &[], &time(100));
+        let status = desired_status(&a, std::slice::from_ref(&a), &[], &[], none, &time(100));
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -291,7 +301,7 @@ mod tests {
         let pools = [old.clone(), young.clone()];
         let nodes = [node("n1", json!({"gpu": "yes", "fakegpu.dev/pool": "old"}))];
         for pool in [&old, &young] {
-            let status = desired_status(pool, &pools, &nodes, &[], &time(100));
+            let status = desired_status(pool, &pools, &nodes, &[], none, &time(100));
             let conflict = find(&status, CONFLICT);
             assert_eq!(conflict.status, "True", "{}", pool.name_any());
             assert!(
@@ -306,7 +316,7 @@ mod tests {
             );
         }
         // The young pool owns nothing and wants nothing: it is in place, not progressing.
-        let status = desired_status(&young, &pools, &nodes, &[], &time(100));
+        let status = desired_status(&young, &pools, &nodes, &[], none, &time(100));
         assert_eq!(
             (status.node_count, find(&status, READY).status.as_str()),
             (0, "True")
@@ -321,9 +331,9 @@ mod tests {
             json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
         );
         let pools = std::slice::from_ref(&dra);
-        let managed = desired_status(&dra, pools, &[], &[], &time(1));
+        let managed = desired_status(&dra, pools, &[], &[], none, &time(1));
         assert_eq!(find(&managed, DEVICE_CLASS).status, "True");
-        let foreign = desired_status(&dra, pools, &[], &["gpu.nvidia.com".into()], &time(1));
+        let foreign = desired_status(&dra, pools, &[], &["gpu.nvidia.com".into()], none, &time(1));
         let condition = find(&foreign, DEVICE_CLASS);
         assert_eq!(
             (condition.status.as_str(), condition.reason.as_str()),
@@ -336,6 +346,7 @@ mod tests {
             std::slice::from_ref(&plain),
             &[],
             &["gpu.nvidia.com".into()],
+            none,
             &time(1),
         );
         assert!(status.conditions.iter().all(|c| c.type_ != DEVICE_CLASS));
@@ -348,9 +359,9 @@ mod tests {
             "n1",
             json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
         )];
-        let first = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], &time(100));
+        let first = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], none, &time(100));
         a.status = Some(first.clone());
-        let second = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], &time(200));
+        let second = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], none, &time(200));
         assert_eq!(first, second);
     }
 }

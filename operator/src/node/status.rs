@@ -1,0 +1,280 @@
+//! What the operator writes into a node's status: the extended resources of KWOK nodes (no
+//! kubelet and no device plugin runs for them, as the reference's kwok-gpu-device-plugin does
+//! it) and the `gpu-fractioning.nvidia.com/Ready` condition of fake-backend pool nodes.
+//!
+//! Both go in one server-side apply of the status subresource, so the API server tracks exactly
+//! which entries are fakegpu's: applying without an entry removes it, and entries that KWOK,
+//! the kubelet or a user own are never touched.
+
+use std::collections::BTreeMap;
+
+use fakegpu_api::{
+    GpuNodePool,
+    names::{condition::GPU_FRACTIONING_READY, resource},
+    pool::{Backend, resolve::ResolvedGpu},
+};
+use k8s_openapi::{
+    api::core::v1::{Node, NodeCondition},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Time},
+};
+
+use crate::apply::{owned_fields, owned_keys};
+
+/// The status entries fakegpu wants on a node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusIntent {
+    /// Capacity, and the same allocatable.
+    pub resources: BTreeMap<String, Quantity>,
+    pub fractioning: Option<NodeCondition>,
+}
+
+const STATUS: &str = "status";
+
+/// Extended resources of a KWOK node of `pool`: `nvidia.com/gpu` when the pool serves the device
+/// plugin interface, and the pool's other resources. Nodes with a kubelet get theirs from the
+/// node agent's device plugin; mock pools from NVIDIA's.
+pub fn desired_resources(
+    pool: &GpuNodePool,
+    gpu: &ResolvedGpu,
+    kwok: bool,
+) -> BTreeMap<String, Quantity> {
+    if !kwok || pool.spec.gpu.backend != Backend::Fake {
+        return BTreeMap::new();
+    }
+    let gpus = pool
+        .spec
+        .interfaces
+        .device_plugin
+        .then(|| (resource::GPU.to_owned(), Quantity(gpu.count.to_string())));
+    let others = pool
+        .spec
+        .other_resources
+        .iter()
+        .map(|r| (r.name.clone(), Quantity(r.count.to_string())));
+    gpus.into_iter().chain(others).collect()
+}
+
+fn allocatable_gpus(resources: Option<&BTreeMap<String, Quantity>>) -> bool {
+    resources
+        .and_then(|r| r.get(resource::GPU))
+        .and_then(|q| q.0.parse::<u64>().ok())
+        .is_some_and(|count| count > 0)
+}
+
+fn current_condition<'a>(node: &'a Node, type_: &str) -> Option<&'a NodeCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
+}
+
+/// Whether fakegpu's status apply owns the condition of `type_`.
+fn owns_condition(node: &Node, type_: &str) -> bool {
+    let key = format!("k:{}", serde_json::json!({ "type": type_ }));
+    owned_fields(node, Some(STATUS))
+        .and_then(|fields| fields.get("f:status")?.get("f:conditions")?.get(&key))
+        .is_some()
+}
+
+/// The fractioning condition a node of `pool` should carry: on fake-backend pools once
+/// `nvidia.com/gpu` is allocatable (from `resources` on KWOK nodes, from the kubelet elsewhere),
+/// unless another controller already owns a condition of that type. The transition time is
+/// kept while the condition holds, so a resync writes nothing.
+pub fn desired_fractioning(
+    node: &Node,
+    pool: &GpuNodePool,
+    resources: &BTreeMap<String, Quantity>,
+    now: &Time,
+) -> Option<NodeCondition> {
+    if pool.spec.gpu.backend != Backend::Fake {
+        return None;
+    }
+    let current = current_condition(node, GPU_FRACTIONING_READY);
+    if current.is_some() && !owns_condition(node, GPU_FRACTIONING_READY) {
+        return None;
+    }
+    let observed = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    if !allocatable_gpus(Some(resources)) && !allocatable_gpus(observed) {
+        return None;
+    }
+    let since = current
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    Some(NodeCondition {
+        type_: GPU_FRACTIONING_READY.to_owned(),
+        status: "True".to_owned(),
+        reason: Some("GpusAllocatable".to_owned()),
+        message: Some("nvidia.com/gpu is allocatable; fakegpu simulates the node's GPUs".to_owned()),
+        last_transition_time: Some(since),
+        last_heartbeat_time: None,
+    })
+}
+
+/// Whether the node's status already is what fakegpu wants of it: the entries it owns are
+/// exactly the desired ones, with the desired values.
+pub fn status_current(node: &Node, intent: &StatusIntent) -> bool {
+    let owned = owned_fields(node, Some(STATUS));
+    let status = node.status.as_ref();
+    for list in ["f:capacity", "f:allocatable"] {
+        let mut keys = owned_keys(owned, &["f:status", list]);
+        keys.sort();
+        if !keys.iter().eq(intent.resources.keys()) {
+            return false;
+        }
+    }
+    let values_match = intent.resources.iter().all(|(name, value)| {
+        let capacity = status.and_then(|s| s.capacity.as_ref()?.get(name));
+        let allocatable = status.and_then(|s| s.allocatable.as_ref()?.get(name));
+        capacity == Some(value) && allocatable == Some(value)
+    });
+    let condition_matches = match &intent.fractioning {
+        Some(wanted) => {
+            owns_condition(node, GPU_FRACTIONING_READY)
+                && current_condition(node, GPU_FRACTIONING_READY).is_some_and(|c| {
+                    (&c.status, &c.reason, &c.message) == (&wanted.status, &wanted.reason, &wanted.message)
+                })
+        }
+        None => !owns_condition(node, GPU_FRACTIONING_READY),
+    };
+    values_match && condition_matches
+}
+
+/// Whether fakegpu owns anything in the node's status (a node leaving its pool must then have
+/// it taken back).
+pub fn owns_status(node: &Node) -> bool {
+    owned_fields(node, Some(STATUS)).is_some()
+}
+
+/// The apply body for `intent`.
+pub fn status_patch(node: &str, intent: &StatusIntent) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node},
+        "status": {
+            "capacity": intent.resources,
+            "allocatable": intent.resources,
+            "conditions": intent.fractioning.iter().collect::<Vec<_>>(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_api::pool::resolve::resolve;
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::{pool, time};
+
+    fn node(value: serde_json::Value) -> Node {
+        serde_json::from_value(value).expect("test node")
+    }
+
+    /// A node whose status fakegpu applied with `intent`, as the API server would record it.
+    fn applied(intent: &StatusIntent) -> Node {
+        let mut fields = json!({"f:status": {"f:capacity": {}, "f:allocatable": {}}});
+        for name in intent.resources.keys() {
+            fields["f:status"]["f:capacity"][format!("f:{name}")] = json!({});
+            fields["f:status"]["f:allocatable"][format!("f:{name}")] = json!({});
+        }
+        if intent.fractioning.is_some() {
+            fields["f:status"]["f:conditions"] =
+                json!({format!("k:{}", json!({"type": GPU_FRACTIONING_READY})): {}});
+        }
+        let mut resources = json!({"cpu": "1k"});
+        for (name, value) in &intent.resources {
+            resources[name] = json!(value.0);
+        }
+        node(json!({
+            "metadata": {"name": "n", "managedFields": [
+                {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": fields}]},
+            "status": {"capacity": resources, "allocatable": resources,
+                "conditions": intent.fractioning.iter().collect::<Vec<_>>()},
+        }))
+    }
+
+    #[test]
+    fn kwok_nodes_get_gpus_and_other_resources() {
+        let p = pool(
+            "p",
+            0,
+            json!({"gpu": {"profile": "t4"}, "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}),
+        );
+        let gpu = resolve(&p.spec.gpu).expect("resolves");
+        let resources = desired_resources(&p, &gpu, true);
+        assert_eq!(resources["nvidia.com/gpu"].0, "4");
+        assert_eq!(resources["nvidia.com/hostdev"].0, "2");
+        assert!(desired_resources(&p, &gpu, false).is_empty());
+        let dra_only = pool(
+            "d",
+            0,
+            json!({"gpu": {"profile": "t4"}, "interfaces": {"devicePlugin": false, "dra": true}}),
+        );
+        assert!(desired_resources(&dra_only, &gpu, true).is_empty());
+    }
+
+    #[test]
+    fn fractioning_follows_allocatable_gpus_on_fake_pools_only() {
+        let fake = pool("p", 0, json!({"gpu": {"profile": "t4"}}));
+        let mock = pool("m", 0, json!({"gpu": {"profile": "t4", "backend": "mock"}}));
+        let gpus = BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("4".into()))]);
+        let bare = node(json!({"metadata": {"name": "n"}}));
+        let condition = desired_fractioning(&bare, &fake, &gpus, &time(5)).expect("set");
+        assert_eq!(condition.status, "True");
+        assert_eq!(condition.last_transition_time, Some(time(5)));
+        assert_eq!(desired_fractioning(&bare, &mock, &gpus, &time(5)), None);
+        assert_eq!(desired_fractioning(&bare, &fake, &BTreeMap::new(), &time(5)), None);
+        // A kubelet node: the device plugin made the GPUs allocatable.
+        let real = node(json!({"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}));
+        assert!(desired_fractioning(&real, &fake, &BTreeMap::new(), &time(5)).is_some());
+    }
+
+    #[test]
+    fn a_condition_owned_elsewhere_is_left_alone() {
+        let fake = pool("p", 0, json!({"gpu": {"profile": "t4"}}));
+        let gpus = BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("4".into()))]);
+        let theirs = node(json!({"metadata": {"name": "n"}, "status": {"conditions": [
+            {"type": GPU_FRACTIONING_READY, "status": "False", "reason": "Theirs"}]}}));
+        assert_eq!(desired_fractioning(&theirs, &fake, &gpus, &time(5)), None);
+    }
+
+    #[test]
+    fn an_applied_status_is_current_and_keeps_its_transition_time() {
+        let fake = pool("p", 0, json!({"gpu": {"profile": "t4"}}));
+        let gpu = resolve(&fake.spec.gpu).expect("resolves");
+        let resources = desired_resources(&fake, &gpu, true);
+        let bare = node(json!({"metadata": {"name": "n"}}));
+        let intent = StatusIntent {
+            fractioning: desired_fractioning(&bare, &fake, &resources, &time(1)),
+            resources,
+        };
+        let node = applied(&intent);
+        assert!(owns_status(&node));
+        assert!(status_current(&node, &intent));
+        let again = desired_fractioning(&node, &fake, &intent.resources, &time(9));
+        assert_eq!(again, intent.fractioning);
+        // The pool shrinks: the owned capacity no longer matches.
+        let smaller = StatusIntent {
+            resources: BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("2".into()))]),
+            ..intent.clone()
+        };
+        assert!(!status_current(&node, &smaller));
+        // The node leaves: an empty intent is not current while fakegpu still owns entries.
+        assert!(!status_current(&node, &StatusIntent::default()));
+        assert!(status_current(&bare, &StatusIntent::default()));
+    }
+
+    #[test]
+    fn the_patch_sets_capacity_allocatable_and_condition() {
+        let intent = StatusIntent {
+            resources: BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("8".into()))]),
+            fractioning: None,
+        };
+        let patch = status_patch("n", &intent);
+        assert_eq!(patch["status"]["capacity"]["nvidia.com/gpu"], "8");
+        assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "8");
+        assert_eq!(patch["status"]["conditions"], json!([]));
+    }
+}

@@ -1,0 +1,444 @@
+//! Pod -> GPU tracking: which pod holds which GPU of a node, recorded in the node's topology
+//! document (`gpus[].status`), where metrics, nvidia-smi and the pool status read it.
+//!
+//! Pure. Two kinds of holders:
+//! - DRA: the scheduler chose the devices; the claim's allocation result names them
+//!   (`gpu-<index>` in the pool named after the node), so the record follows it exactly;
+//! - extended resource (`nvidia.com/gpu: N`): the scheduler only counted. Each pod keeps the GPUs
+//!   it was given before (read back from the document, so an operator restart changes nothing);
+//!   pods without GPUs then take the lowest free indices, oldest pod first.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fakegpu_api::{
+    dra::gpu_index,
+    names::{annotation, resource},
+    topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
+    utilization::UtilizationRange,
+};
+use k8s_openapi::{
+    api::{
+        core::v1::{Container, Pod},
+        resource::v1::{DeviceRequestAllocationResult, ResourceClaim},
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::ResourceExt;
+
+/// What one pod uses of one node's GPUs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuUser {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    /// The container the GPUs are for (the first that asks).
+    pub container: String,
+    pub created: Option<Time>,
+    /// Whole GPUs asked for as the extended resource.
+    pub extended: u32,
+    /// GPU indices its allocated claims name.
+    pub allocated: BTreeSet<u32>,
+    pub usage: PodGpuUsage,
+}
+
+impl GpuUser {
+    fn holder(&self) -> AllocatedBy {
+        AllocatedBy {
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            container: self.container.clone(),
+        }
+    }
+
+    fn holds(&self, status: &GpuStatus) -> bool {
+        status.allocated_by.namespace == self.namespace && status.allocated_by.pod == self.pod
+    }
+}
+
+/// Whether a pod still holds what it was given: bound and not finished.
+pub fn is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+fn gpu_limit(container: &Container) -> u32 {
+    let resources = container.resources.as_ref();
+    resources
+        .and_then(|r| r.limits.as_ref())
+        .or_else(|| resources.and_then(|r| r.requests.as_ref()))
+        .and_then(|quantities| quantities.get(resource::GPU))
+        .and_then(|q| q.0.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whole GPUs a pod asks for: what its containers add up to, or an init container's need if
+/// larger (init containers run before the others, as the scheduler counts them).
+pub fn extended_gpus(pod: &Pod) -> u32 {
+    let Some(spec) = pod.spec.as_ref() else {
+        return 0;
+    };
+    let running: u32 = spec.containers.iter().map(gpu_limit).sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(gpu_limit)
+        .max()
+        .unwrap_or(0);
+    running.max(init)
+}
+
+/// Names of the ResourceClaims a pod uses: generated ones (from its status) and named ones.
+pub fn claim_names(pod: &Pod) -> BTreeSet<String> {
+    let generated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.resource_claim_name.clone());
+    let named = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.resource_claim_name.clone());
+    generated.chain(named).collect()
+}
+
+/// GPU indices of `node` that a claim's allocation names.
+pub fn allocated_gpus(claim: &ResourceClaim, node: &str) -> BTreeSet<u32> {
+    gpu_results(claim)
+        .filter(|r| r.pool == node)
+        .filter_map(|r| gpu_index(&r.device))
+        .collect()
+}
+
+/// Nodes whose GPUs a claim's allocation names (a claim event concerns them).
+pub fn nodes_of_claim(claim: &ResourceClaim) -> BTreeSet<String> {
+    gpu_results(claim).map(|r| r.pool.clone()).collect()
+}
+
+/// The allocation results of a claim that are devices of fakegpu's GPU driver.
+fn gpu_results(claim: &ResourceClaim) -> impl Iterator<Item = &DeviceRequestAllocationResult> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|devices| devices.results.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| r.driver == resource::GPU_DRIVER)
+}
+
+/// A pod's simulated use of each of its GPUs: the utilization its annotation asks for (else the
+/// pool's default, else the reference's 100%), and framebuffer by `gpu-fraction` (default all).
+pub fn usage(pod: &Pod, default: Option<UtilizationRange>, gpu_memory_mib: u64) -> PodGpuUsage {
+    let range = pod
+        .annotations()
+        .get(annotation::SIMULATED_UTILIZATION)
+        .and_then(|text| text.parse::<UtilizationRange>().ok())
+        .or(default)
+        .unwrap_or(UtilizationRange { min: 100, max: 100 });
+    let fraction = pod
+        .annotations()
+        .get(annotation::GPU_FRACTION)
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .filter(|f| *f > 0.0 && *f <= 1.0)
+        .unwrap_or(1.0);
+    PodGpuUsage {
+        utilization: UtilizationBounds {
+            min: range.min,
+            max: range.max,
+        },
+        // Bounded by the GPU's memory: the cast cannot overflow.
+        fb_used: (gpu_memory_mib as f64 * fraction) as u64,
+        use_knative_utilization: false,
+    }
+}
+
+/// The GPU user a pod is on `node`, or `None` when it uses none of the node's GPUs.
+pub fn gpu_user(
+    pod: &Pod,
+    node: &str,
+    claim: impl Fn(&str) -> Option<std::sync::Arc<ResourceClaim>>,
+    default: Option<UtilizationRange>,
+    gpu_memory_mib: u64,
+) -> Option<GpuUser> {
+    if !is_active(pod) {
+        return None;
+    }
+    let extended = extended_gpus(pod);
+    let allocated: BTreeSet<u32> = claim_names(pod)
+        .iter()
+        .filter_map(|name| claim(name))
+        .flat_map(|c| allocated_gpus(&c, node))
+        .collect();
+    if extended == 0 && allocated.is_empty() {
+        return None;
+    }
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice());
+    let containers = containers.unwrap_or_default();
+    let container = containers
+        .iter()
+        .find(|c| gpu_limit(c) > 0 || c.resources.as_ref().is_some_and(|r| r.claims.is_some()))
+        .or(containers.first())
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
+    Some(GpuUser {
+        namespace: pod.namespace().unwrap_or_default(),
+        pod: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+        container,
+        created: pod.creation_timestamp(),
+        extended,
+        allocated,
+        usage: usage(pod, default, gpu_memory_mib),
+    })
+}
+
+/// Records `users` in `gpus`, replacing what was recorded (holders that are gone are freed).
+pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser]) {
+    let previous: Vec<GpuStatus> = gpus.iter().map(|g| g.status.clone()).collect();
+    for gpu in gpus.iter_mut() {
+        gpu.status = GpuStatus::default();
+    }
+    let position: BTreeMap<u32, usize> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.index, i))
+        .collect();
+    let take = |gpu: &mut GpuTopology, user: &GpuUser| {
+        if gpu.status.allocated_by.pod.is_empty() {
+            gpu.status.allocated_by = user.holder();
+        }
+        gpu.status
+            .pod_gpu_usage_status
+            .insert(user.uid.clone(), user.usage.clone());
+    };
+
+    // Claims first: the scheduler decided those devices.
+    for user in users {
+        for index in &user.allocated {
+            if let Some(&i) = position.get(index) {
+                take(&mut gpus[i], user);
+            }
+        }
+    }
+
+    let mut waiting: Vec<&GpuUser> = users.iter().filter(|u| u.extended > 0).collect();
+    waiting.sort_by(|a, b| {
+        let created = |u: &GpuUser| u.created.as_ref().map(|t| t.0);
+        (created(a), &a.namespace, &a.pod).cmp(&(created(b), &b.namespace, &b.pod))
+    });
+    let mut missing: Vec<u32> = Vec::with_capacity(waiting.len());
+    // Each pod keeps the GPUs it held, as far as they are still free.
+    for user in &waiting {
+        let mut held = 0;
+        for (i, before) in previous.iter().enumerate() {
+            if held < user.extended && user.holds(before) && !gpus[i].status.in_use() {
+                take(&mut gpus[i], user);
+                held += 1;
+            }
+        }
+        missing.push(user.extended - held);
+    }
+    // Then the lowest free GPUs, oldest pod first.
+    for (user, missing) in waiting.iter().zip(missing) {
+        let free = gpus.iter_mut().filter(|g| !g.status.in_use());
+        for gpu in free.take(missing as usize) {
+            take(gpu, user);
+        }
+    }
+}
+
+/// GPUs of a document that some pod holds or uses.
+pub fn allocated_count(gpus: &[GpuTopology]) -> u32 {
+    u32::try_from(gpus.iter().filter(|g| g.status.in_use()).count()).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn gpus(count: u32) -> Vec<GpuTopology> {
+        (0..count)
+            .map(|index| GpuTopology {
+                id: format!("GPU-{index}"),
+                index,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn pod(name: &str, created: &str, value: serde_json::Value) -> Pod {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "creationTimestamp": created},
+            "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+            "status": {"phase": "Running"},
+        }))
+        .expect("test pod");
+        let extra: Pod = serde_json::from_value(value).expect("test pod overlay");
+        if let Some(spec) = extra.spec {
+            pod.spec = Some(spec);
+        }
+        if extra.metadata.annotations.is_some() {
+            pod.metadata.annotations = extra.metadata.annotations;
+        }
+        if let Some(status) = extra.status {
+            pod.status = Some(status);
+        }
+        pod
+    }
+
+    fn asking(name: &str, created: &str, gpus: u32) -> Pod {
+        pod(
+            name,
+            created,
+            json!({"spec": {"nodeName": "n", "containers": [
+                {"name": "sidecar"},
+                {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}},
+            ]}}),
+        )
+    }
+
+    fn claim(devices: &[(&str, &str)]) -> Arc<ResourceClaim> {
+        let results: Vec<_> = devices
+            .iter()
+            .map(|(pool, device)| {
+                json!({"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": device})
+            })
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns"},
+                "spec": {},
+                "status": {"allocation": {"devices": {"results": results}}},
+            }))
+            .expect("test claim"),
+        )
+    }
+
+    fn user(pod: &Pod, claims: &[Arc<ResourceClaim>]) -> GpuUser {
+        gpu_user(pod, "n", |_| claims.first().cloned(), None, 1000).expect("uses GPUs")
+    }
+
+    fn holders(gpus: &[GpuTopology]) -> Vec<&str> {
+        gpus.iter()
+            .map(|g| g.status.allocated_by.pod.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn counts_whole_gpus_like_the_scheduler() {
+        assert_eq!(extended_gpus(&asking("a", "2026-01-01T00:00:00Z", 3)), 3);
+        let with_init = pod(
+            "b",
+            "2026-01-01T00:00:00Z",
+            json!({"spec": {"containers": [
+                {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+                "initContainers": [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}),
+        );
+        assert_eq!(extended_gpus(&with_init), 2);
+        let none = pod("c", "2026-01-01T00:00:00Z", json!({}));
+        assert_eq!(gpu_user(&none, "n", |_| None, None, 1), None);
+    }
+
+    #[test]
+    fn finished_or_unbound_pods_hold_nothing() {
+        let mut done = asking("a", "2026-01-01T00:00:00Z", 1);
+        done.status.as_mut().expect("status").phase = Some("Succeeded".into());
+        assert!(!is_active(&done));
+        let mut pending = asking("b", "2026-01-01T00:00:00Z", 1);
+        pending.spec.as_mut().expect("spec").node_name = None;
+        assert!(!is_active(&pending));
+    }
+
+    #[test]
+    fn oldest_pods_get_the_lowest_free_gpus() {
+        let mut topology = gpus(4);
+        let young = user(&asking("young", "2026-01-02T00:00:00Z", 1), &[]);
+        let old = user(&asking("old", "2026-01-01T00:00:00Z", 2), &[]);
+        assign(&mut topology, &[young.clone(), old.clone()]);
+        assert_eq!(holders(&topology), ["old", "old", "young", ""]);
+        assert_eq!(topology[0].status.allocated_by.container, "main");
+        assert_eq!(topology[2].status.pod_gpu_usage_status["uid-young"].fb_used, 1000);
+        assert_eq!(allocated_count(&topology), 3);
+    }
+
+    #[test]
+    fn assignments_survive_a_recomputation_and_others_leaving() {
+        let mut topology = gpus(4);
+        let a = user(&asking("a", "2026-01-01T00:00:00Z", 1), &[]);
+        let b = user(&asking("b", "2026-01-02T00:00:00Z", 2), &[]);
+        assign(&mut topology, &[a.clone(), b.clone()]);
+        assert_eq!(holders(&topology), ["a", "b", "b", ""]);
+        // a finishes; a newer pod arrives: b keeps its GPUs, the newcomer takes the free ones.
+        let c = user(&asking("c", "2026-01-03T00:00:00Z", 2), &[]);
+        assign(&mut topology, &[c.clone(), b.clone()]);
+        assert_eq!(holders(&topology), ["c", "b", "b", "c"]);
+        // Same inputs again (an operator restart reads the document back): nothing moves.
+        let before = topology.clone();
+        assign(&mut topology, &[b, c]);
+        assert_eq!(topology, before);
+    }
+
+    #[test]
+    fn claims_decide_their_devices_and_push_counted_pods_aside() {
+        let mut topology = gpus(3);
+        let counted = user(&asking("counted", "2026-01-01T00:00:00Z", 1), &[]);
+        assign(&mut topology, &[counted.clone()]);
+        assert_eq!(holders(&topology), ["counted", "", ""]);
+        let claimed = pod(
+            "claimed",
+            "2026-01-02T00:00:00Z",
+            json!({"spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}),
+        );
+        let claimed = user(&claimed, &[claim(&[("n", "gpu-0"), ("other-node", "gpu-1")])]);
+        assert_eq!(claimed.allocated, BTreeSet::from([0]));
+        assign(&mut topology, &[counted, claimed]);
+        assert_eq!(holders(&topology), ["claimed", "counted", ""]);
+    }
+
+    #[test]
+    fn a_shared_claim_records_every_pod() {
+        let mut topology = gpus(1);
+        let shared = claim(&[("n", "gpu-0")]);
+        let spec = json!({"spec": {"nodeName": "n", "containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}});
+        let a = user(&pod("a", "2026-01-01T00:00:00Z", spec.clone()), &[shared.clone()]);
+        let b = user(&pod("b", "2026-01-02T00:00:00Z", spec), &[shared]);
+        assign(&mut topology, &[a, b]);
+        assert_eq!(topology[0].status.allocated_by.pod, "a");
+        assert_eq!(topology[0].status.pod_gpu_usage_status.len(), 2);
+    }
+
+    #[test]
+    fn usage_follows_annotations_and_the_pool_default() {
+        let annotated = pod(
+            "a",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "10-30", "gpu-fraction": "0.5"}}}),
+        );
+        let usage_a = usage(&annotated, None, 1000);
+        assert_eq!((usage_a.utilization.min, usage_a.utilization.max, usage_a.fb_used), (10, 30, 500));
+        let malformed = pod(
+            "b",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "30-10", "gpu-fraction": "7"}}}),
+        );
+        let default = Some(UtilizationRange { min: 5, max: 5 });
+        let usage_b = usage(&malformed, default, 1000);
+        assert_eq!((usage_b.utilization.min, usage_b.fb_used), (5, 1000));
+        assert_eq!(usage(&malformed, None, 1).utilization.max, 100);
+    }
+}
