@@ -65,9 +65,9 @@ pub fn semver(version: &str) -> Option<String> {
 /// `mib` MiB as a binary-SI quantity in its canonical form (`40960` -> `40Gi`, `11441` ->
 /// `11441Mi`), as the API server would print it.
 pub fn memory_quantity(mib: u64) -> Quantity {
-    Quantity(if mib != 0 && mib % (1024 * 1024) == 0 {
+    Quantity(if mib != 0 && mib.is_multiple_of(1024 * 1024) {
         format!("{}Ti", mib / (1024 * 1024))
-    } else if mib != 0 && mib % 1024 == 0 {
+    } else if mib != 0 && mib.is_multiple_of(1024) {
         format!("{}Gi", mib / 1024)
     } else {
         format!("{mib}Mi")

@@ -359,3 +359,79 @@ pub fn hack(script: &str, args: &[&str]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A node's topology ConfigMap and its parsed document, if the operator wrote one.
+pub async fn topology_of(
+    client: &Client,
+    node: &str,
+) -> anyhow::Result<
+    Option<(
+        k8s_openapi::api::core::v1::ConfigMap,
+        fakegpu_api::topology::NodeTopology,
+    )>,
+> {
+    use fakegpu_api::names::topology as names;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let Some(cm) = configmaps
+        .get_opt(&format!("{}{node}", names::CONFIGMAP_PREFIX))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(names::DATA_KEY))
+        .context("topology ConfigMap without topology.yml")?;
+    let document = fakegpu_api::topology::NodeTopology::from_yaml(text)?;
+    Ok(Some((cm, document)))
+}
+
+/// Creates a pod that tolerates the KWOK taint, from the given spec fields (merged over one
+/// container named `main`).
+pub async fn create_kwok_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    let mut body = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+    });
+    if let (Some(target), Some(fields)) = (body["spec"].as_object_mut(), spec.as_object()) {
+        for (key, value) in fields {
+            target.insert(key.clone(), value.clone());
+        }
+    }
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(body)?;
+    Api::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating pod {namespace}/{name}"))
+}
+
+/// Waits until a pod runs and returns it (with the node it was bound to).
+pub async fn running_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    eventually(
+        &format!("pod {namespace}/{name} Running"),
+        timeout,
+        || async {
+            let pod = pods.get(name).await?;
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            Ok((phase == Some("Running")).then_some(pod))
+        },
+    )
+    .await
+}

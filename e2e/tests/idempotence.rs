@@ -1,6 +1,6 @@
-//! A resync with nothing changed issues no write. Counted from the API server's audit log (every
-//! mutating request the operator's ServiceAccount makes) across an operator restart, which
-//! resyncs every object. Alone in its test binary: it restarts the shared operator, and cargo
+//! A resync with nothing changed issues no write, and pods keep the GPUs they hold. Counted from
+//! the API server's audit log (every mutating request the operator's ServiceAccount makes)
+//! across an operator restart, which resyncs every object. Alone in its test binary: it restarts the shared operator, and cargo
 //! runs test binaries one after another.
 
 use std::time::Duration;
@@ -8,11 +8,17 @@ use std::time::Duration;
 use anyhow::ensure;
 use fakegpu_api::{GpuNodePool, names::label};
 use fakegpu_e2e::{
-    admin_client, create_kwok_node, create_pool, eventually, hack, install_crds, operator_writes,
-    unique_name,
+    admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool, eventually,
+    hack, install_crds, operator_writes, running_pod, topology_of, unique_name,
 };
-use k8s_openapi::api::core::v1::Node;
-use kube::{Api, ResourceExt, api::DeleteParams};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Node},
+    resource::v1::ResourceClaimTemplate,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, PostParams},
+};
 use serde_json::json;
 
 const NODES: usize = 4;
@@ -44,9 +50,11 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
     create_pool(
         &client,
         &pool,
-        json!({"gpu": {"profile": "h100"}, "numa": {"zones": 2}}),
+        json!({"gpu": {"profile": "h100"}, "numa": {"zones": 2},
+            "interfaces": {"devicePlugin": true, "dra": true}}),
     )
     .await?;
+    let namespace = create_namespace(&client, "idem").await?;
 
     let result = async {
         eventually("pool converged (is the operator running?)", Duration::from_secs(30), || async {
@@ -58,6 +66,51 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
             Ok(ready.then_some(()))
         })
         .await?;
+        // Pods hold GPUs across the restart: one by the extended resource, one by a claim.
+        let on_pool = json!({"fakegpu.dev/pool": pool});
+        create_kwok_pod(&client, &namespace, "counted", json!({"nodeSelector": on_pool,
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}))
+            .await?;
+        let template: ResourceClaimTemplate = serde_json::from_value(json!({
+            "metadata": {"name": "gpu", "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+        }))?;
+        Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &template)
+            .await?;
+        create_kwok_pod(&client, &namespace, "claimed", json!({"nodeSelector": on_pool,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}]}))
+            .await?;
+        let mut bound = Vec::new();
+        for pod in ["counted", "claimed"] {
+            let pod = running_pod(&client, &namespace, pod, Duration::from_secs(30)).await?;
+            bound.push(pod.spec.and_then(|s| s.node_name).unwrap_or_default());
+        }
+        bound.sort();
+        bound.dedup();
+        let held_by = |pod: &'static str| {
+            let bound = bound.clone();
+            let client = client.clone();
+            async move {
+                let mut held = Vec::new();
+                for node in &bound {
+                    let document = topology_of(&client, node).await?.map(|(_, d)| d).unwrap_or_default();
+                    for gpu in document.gpus.iter().filter(|g| g.status.allocated_by.pod == pod) {
+                        held.push(gpu.id.clone());
+                    }
+                }
+                anyhow::Ok(held)
+            }
+        };
+        eventually("both pods tracked", Duration::from_secs(30), || async {
+            let counted = held_by("counted").await?;
+            let claimed = held_by("claimed").await?;
+            Ok((counted.len() == 3 && claimed.len() == 1).then_some(()))
+        })
+        .await?;
+        let held_before = (held_by("counted").await?, held_by("claimed").await?);
+
         // The first pass is measured, not asserted: how often a node is written twice depends on
         // how far the watch cache lags behind the operator's own writes. A resync must write
         // nothing, and that is asserted below.
@@ -85,10 +138,15 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> anyhow::Result<()> {
         let resync = operator_writes()?[before_restart..].to_vec();
         println!("resync after restart: {} writes", resync.len());
         ensure!(resync.is_empty(), "the operator wrote on a resync with nothing changed: {resync:#?}");
+        let held_after = (held_by("counted").await?, held_by("claimed").await?);
+        ensure!(held_after == held_before, "GPUs moved across the restart: {held_before:?} -> {held_after:?}");
         anyhow::Ok(())
     }
     .await;
 
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&namespace, &DeleteParams::default())
+        .await;
     let _ = pools.delete(&pool, &DeleteParams::default()).await;
     let nodes: Api<Node> = Api::all(client.clone());
     eventually("pool cleaned up", Duration::from_secs(30), || async {

@@ -8,11 +8,11 @@ use anyhow::{Context, ensure};
 use fakegpu_api::{
     GpuNodePool,
     names::{label, topology as topology_names},
-    topology::{NodeTopology, gpu_uuid},
+    topology::gpu_uuid,
 };
 use fakegpu_e2e::{
     Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, create_pool, eventually,
-    install_crds, unique_name,
+    install_crds, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -72,23 +72,6 @@ fn operator_labels(node: &Node) -> BTreeMap<String, String> {
         .filter(|(k, _)| label::OPERATOR_SET.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
-}
-
-async fn topology_of(
-    client: &Client,
-    node: &str,
-) -> anyhow::Result<Option<(ConfigMap, NodeTopology)>> {
-    let name = format!("{}{node}", topology_names::CONFIGMAP_PREFIX);
-    let Some(cm) = configmaps(client).get_opt(&name).await? else {
-        return Ok(None);
-    };
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(topology_names::DATA_KEY))
-        .context("topology ConfigMap without topology.yml")?;
-    let document = NodeTopology::from_yaml(text)?;
-    Ok(Some((cm, document)))
 }
 
 /// A client, a fresh pool name, one KWOK node labelled for that pool, and their cleanup.

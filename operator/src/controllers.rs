@@ -16,7 +16,7 @@ use fakegpu_api::{
         topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
     },
 };
-use futures::{Stream, StreamExt, channel::mpsc, future, future::BoxFuture};
+use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc, future, future::BoxFuture};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
@@ -63,9 +63,7 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
     ) = fan_out(pool_events);
     let node_events = cached(Api::all(client.clone()), all.clone(), node_writer, |_| {});
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
-    let topology_configmaps = all
-        .clone()
-        .labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
+    let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
         Api::namespaced(client.clone(), &namespace),
         topology_configmaps,
@@ -87,15 +85,16 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         .labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
     let slice_events = cached(Api::all(client.clone()), own_slices, slice_writer, |_| {});
     let (slice_events, [slices_for_nodes]) = fan_out(slice_events);
+    // Pods also feed the node -> pods index, from the same events as their store.
     let index = pods_by_node.clone();
-    let pod_store = pods.clone();
-    let pod_events = cached(
-        Api::all(client.clone()),
-        pods::watch_config(),
-        pod_writer,
-        pods::slim,
-    )
-    .inspect(move |pod| index.observe(pod, &pod_store));
+    let pod_events = log_errors(
+        watcher(Api::all(client.clone()), pods::watch_config())
+            .default_backoff()
+            .modify(pods::slim)
+            .reflect(pod_writer)
+            .inspect_ok(move |event| index.apply_watcher_event(event))
+            .touched_objects(),
+    );
     let (pod_events, [pods_for_nodes]) = fan_out(pod_events);
     let claim_events = cached(Api::all(client.clone()), all, claim_writer, |claim| {
         claim.metadata.managed_fields = None;

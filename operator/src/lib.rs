@@ -17,9 +17,9 @@ pub mod metrics;
 pub mod node;
 pub mod pods;
 pub mod pool;
-pub mod tracking;
 #[cfg(test)]
 mod testing;
+pub mod tracking;
 
 use fakegpu_api::GpuNodePool;
 use k8s_openapi::api::{

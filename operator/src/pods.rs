@@ -17,7 +17,8 @@ use parking_lot::RwLock;
 /// Bound pods that have not finished. A pod that finishes leaves the watch, which tracking
 /// sees as its deletion and frees its GPUs.
 pub fn watch_config() -> watcher::Config {
-    watcher::Config::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+    watcher::Config::default()
+        .fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
 }
 
 /// Drops what tracking never reads: managed fields, volumes, images, environments, container
@@ -50,49 +51,71 @@ pub fn slim(pod: &mut Pod) {
     }
 }
 
-/// Node name -> pods bound to it.
+type ByNode = HashMap<String, HashSet<ObjectRef<Pod>>>;
+
+#[derive(Debug, Default)]
+struct Index {
+    live: ByNode,
+    /// Filled during a (re)list and swapped in when it is complete, as the reflector's store
+    /// does, so that index and store agree.
+    building: Option<ByNode>,
+}
+
+fn insert(index: &mut ByNode, pod: &Pod) {
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        index
+            .entry(node)
+            .or_default()
+            .insert(ObjectRef::from_obj(pod));
+    }
+}
+
+/// Node name -> pods bound to it, kept from the pod watch's events.
 #[derive(Clone, Debug, Default)]
-pub struct PodsByNode(Arc<RwLock<HashMap<String, HashSet<ObjectRef<Pod>>>>>);
+pub struct PodsByNode(Arc<RwLock<Index>>);
 
 impl PodsByNode {
-    /// Records a pod event that `store` has already applied: a pod still in the store is on
-    /// its node, one that is gone is no longer.
-    pub fn observe(&self, pod: &Pod, store: &Store<Pod>) {
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-            return;
-        };
-        let reference = ObjectRef::from_obj(pod);
+    /// Follows one event of the pod watch (the one that feeds the store).
+    pub fn apply_watcher_event(&self, event: &watcher::Event<Pod>) {
         let mut index = self.0.write();
-        if store.get(&reference).is_some() {
-            index.entry(node).or_default().insert(reference);
-        } else if let Some(pods) = index.get_mut(&node) {
-            pods.remove(&reference);
-            if pods.is_empty() {
-                index.remove(&node);
+        match event {
+            watcher::Event::Init => index.building = Some(ByNode::new()),
+            watcher::Event::InitApply(pod) => {
+                if let Some(building) = index.building.as_mut() {
+                    insert(building, pod);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(built) = index.building.take() {
+                    index.live = built;
+                }
+            }
+            watcher::Event::Apply(pod) => insert(&mut index.live, pod),
+            watcher::Event::Delete(pod) => {
+                let node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                if let Some(node) = node {
+                    let reference = ObjectRef::from_obj(pod);
+                    if let Some(pods) = index.live.get_mut(node) {
+                        pods.remove(&reference);
+                        if pods.is_empty() {
+                            index.live.remove(node);
+                        }
+                    }
+                }
             }
         }
     }
 
-    /// The pods on `node` that the store holds. Entries the store lost without an event (a
-    /// relist after a broken watch) are dropped here.
+    /// The pods on `node`, as the store holds them.
     pub fn pods_on(&self, node: &str, store: &Store<Pod>) -> Vec<Arc<Pod>> {
-        let references: Vec<ObjectRef<Pod>> = match self.0.read().get(node) {
-            Some(pods) => pods.iter().cloned().collect(),
-            None => return Vec::new(),
-        };
-        let (found, lost): (Vec<_>, Vec<_>) = references
+        self.0
+            .read()
+            .live
+            .get(node)
             .into_iter()
-            .map(|r| (store.get(&r), r))
-            .partition(|(pod, _)| pod.is_some());
-        if !lost.is_empty() {
-            let mut index = self.0.write();
-            if let Some(pods) = index.get_mut(node) {
-                for (_, reference) in &lost {
-                    pods.remove(reference);
-                }
-            }
-        }
-        found.into_iter().filter_map(|(pod, _)| pod).collect()
+            .flatten()
+            .filter_map(|reference| store.get(reference))
+            .collect()
     }
 }
 
@@ -123,7 +146,10 @@ mod tests {
         assert!(spec.volumes.is_none());
         assert_eq!(spec.containers[0].image, None);
         assert_eq!(spec.node_name.as_deref(), Some("n"));
-        let limits = spec.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref());
+        let limits = spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref());
         assert_eq!(limits.expect("limits")["nvidia.com/gpu"].0, "1");
         let status = p.status.as_ref().expect("status");
         assert_eq!(status.phase.as_deref(), Some("Running"));
@@ -131,23 +157,30 @@ mod tests {
     }
 
     #[test]
-    fn index_follows_the_store() {
+    fn index_follows_the_watch_like_the_store() {
         let (store, mut writer) = reflector::store::<Pod>();
         let index = PodsByNode::default();
-        let (a, b) = (pod("a", "n1"), pod("b", "n1"));
-        for p in [&a, &b] {
-            writer.apply_watcher_event(&Event::Apply(p.clone()));
-            index.observe(p, &store);
-        }
-        assert_eq!(index.pods_on("n1", &store).len(), 2);
-        assert!(index.pods_on("n2", &store).is_empty());
-        writer.apply_watcher_event(&Event::Delete(a.clone()));
-        index.observe(&a, &store);
-        let left = index.pods_on("n1", &store);
-        assert_eq!(left.len(), 1);
-        // A pod lost in a relist, without its own event.
-        writer.apply_watcher_event(&Event::Init);
-        writer.apply_watcher_event(&Event::InitDone);
+        let mut both = |event: Event<Pod>| {
+            writer.apply_watcher_event(&event);
+            index.apply_watcher_event(&event);
+        };
+        let (a, b, c) = (pod("a", "n1"), pod("b", "n1"), pod("c", "n2"));
+        // The initial list: nothing is visible until it is complete.
+        both(Event::Init);
+        both(Event::InitApply(a.clone()));
+        both(Event::InitApply(b.clone()));
         assert!(index.pods_on("n1", &store).is_empty());
+        both(Event::InitDone);
+        assert_eq!(index.pods_on("n1", &store).len(), 2);
+        both(Event::Apply(c.clone()));
+        assert_eq!(index.pods_on("n2", &store).len(), 1);
+        both(Event::Delete(a.clone()));
+        assert_eq!(index.pods_on("n1", &store).len(), 1);
+        // A relist without b (deleted while the watch was down): b is gone from both.
+        both(Event::Init);
+        both(Event::InitApply(c));
+        both(Event::InitDone);
+        assert!(index.pods_on("n1", &store).is_empty());
+        assert_eq!(index.pods_on("n2", &store).len(), 1);
     }
 }

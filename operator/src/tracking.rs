@@ -58,7 +58,10 @@ impl GpuUser {
 /// Whether a pod still holds what it was given: bound and not finished.
 pub fn is_active(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
         && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
@@ -206,11 +209,8 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser]) {
     for gpu in gpus.iter_mut() {
         gpu.status = GpuStatus::default();
     }
-    let position: BTreeMap<u32, usize> = gpus
-        .iter()
-        .enumerate()
-        .map(|(i, g)| (g.index, i))
-        .collect();
+    let position: BTreeMap<u32, usize> =
+        gpus.iter().enumerate().map(|(i, g)| (g.index, i)).collect();
     let take = |gpu: &mut GpuTopology, user: &GpuUser| {
         if gpu.status.allocated_by.pod.is_empty() {
             gpu.status.allocated_by = user.holder();
@@ -370,7 +370,10 @@ mod tests {
         assign(&mut topology, &[young.clone(), old.clone()]);
         assert_eq!(holders(&topology), ["old", "old", "young", ""]);
         assert_eq!(topology[0].status.allocated_by.container, "main");
-        assert_eq!(topology[2].status.pod_gpu_usage_status["uid-young"].fb_used, 1000);
+        assert_eq!(
+            topology[2].status.pod_gpu_usage_status["uid-young"].fb_used,
+            1000
+        );
         assert_eq!(allocated_count(&topology), 3);
     }
 
@@ -395,7 +398,7 @@ mod tests {
     fn claims_decide_their_devices_and_push_counted_pods_aside() {
         let mut topology = gpus(3);
         let counted = user(&asking("counted", "2026-01-01T00:00:00Z", 1), &[]);
-        assign(&mut topology, &[counted.clone()]);
+        assign(&mut topology, std::slice::from_ref(&counted));
         assert_eq!(holders(&topology), ["counted", "", ""]);
         let claimed = pod(
             "claimed",
@@ -403,7 +406,10 @@ mod tests {
             json!({"spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
                 "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}),
         );
-        let claimed = user(&claimed, &[claim(&[("n", "gpu-0"), ("other-node", "gpu-1")])]);
+        let claimed = user(
+            &claimed,
+            &[claim(&[("n", "gpu-0"), ("other-node", "gpu-1")])],
+        );
         assert_eq!(claimed.allocated, BTreeSet::from([0]));
         assign(&mut topology, &[counted, claimed]);
         assert_eq!(holders(&topology), ["claimed", "counted", ""]);
@@ -415,7 +421,10 @@ mod tests {
         let shared = claim(&[("n", "gpu-0")]);
         let spec = json!({"spec": {"nodeName": "n", "containers": [{"name": "c"}],
             "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}});
-        let a = user(&pod("a", "2026-01-01T00:00:00Z", spec.clone()), &[shared.clone()]);
+        let a = user(
+            &pod("a", "2026-01-01T00:00:00Z", spec.clone()),
+            std::slice::from_ref(&shared),
+        );
         let b = user(&pod("b", "2026-01-02T00:00:00Z", spec), &[shared]);
         assign(&mut topology, &[a, b]);
         assert_eq!(topology[0].status.allocated_by.pod, "a");
@@ -430,7 +439,14 @@ mod tests {
             json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "10-30", "gpu-fraction": "0.5"}}}),
         );
         let usage_a = usage(&annotated, None, 1000);
-        assert_eq!((usage_a.utilization.min, usage_a.utilization.max, usage_a.fb_used), (10, 30, 500));
+        assert_eq!(
+            (
+                usage_a.utilization.min,
+                usage_a.utilization.max,
+                usage_a.fb_used
+            ),
+            (10, 30, 500)
+        );
         let malformed = pod(
             "b",
             "2026-01-01T00:00:00Z",

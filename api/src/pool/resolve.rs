@@ -191,7 +191,10 @@ mod tests {
         ))
         .expect("resolves");
         assert_eq!(resolved.compute_capability, None);
-        assert_eq!((resolved.architecture(), resolved.brand()), ("Unknown", "Nvidia"));
+        assert_eq!(
+            (resolved.architecture(), resolved.brand()),
+            ("Unknown", "Nvidia")
+        );
         let with_capability = resolve(&gpu(
             json!({"product": "Imaginary", "count": 1, "memoryMiB": 1, "computeCapability": "8.9"}),
         ))

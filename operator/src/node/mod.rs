@@ -141,7 +141,12 @@ fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<ConfigMap>> {
 /// GPUs of `node` that pods hold, as pod tracking last recorded it.
 pub fn allocated_gpus(ctx: &Context, node: &str) -> u32 {
     cached_configmap(ctx, node)
-        .and_then(|cm| cm.annotations().get(annotation::ALLOCATED_GPUS)?.parse().ok())
+        .and_then(|cm| {
+            cm.annotations()
+                .get(annotation::ALLOCATED_GPUS)?
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
@@ -192,7 +197,7 @@ async fn ensure_slice(
 ) -> Result<()> {
     let name = node.name_any();
     let current = cached_slice(ctx, &name);
-    if !(pool.spec.interfaces.dra && !has_kubelet(node)) {
+    if !pool.spec.interfaces.dra || has_kubelet(node) {
         return remove_slice(ctx, &name, current.is_some()).await;
     }
     let desired = slice::desired_slice(node, &pool.name_any(), topology, current.as_deref());

@@ -105,7 +105,9 @@ pub fn desired_fractioning(
         type_: GPU_FRACTIONING_READY.to_owned(),
         status: "True".to_owned(),
         reason: Some("GpusAllocatable".to_owned()),
-        message: Some("nvidia.com/gpu is allocatable; fakegpu simulates the node's GPUs".to_owned()),
+        message: Some(
+            "nvidia.com/gpu is allocatable; fakegpu simulates the node's GPUs".to_owned(),
+        ),
         last_transition_time: Some(since),
         last_heartbeat_time: None,
     })
@@ -132,7 +134,8 @@ pub fn status_current(node: &Node, intent: &StatusIntent) -> bool {
         Some(wanted) => {
             owns_condition(node, GPU_FRACTIONING_READY)
                 && current_condition(node, GPU_FRACTIONING_READY).is_some_and(|c| {
-                    (&c.status, &c.reason, &c.message) == (&wanted.status, &wanted.reason, &wanted.message)
+                    (&c.status, &c.reason, &c.message)
+                        == (&wanted.status, &wanted.reason, &wanted.message)
                 })
         }
         None => !owns_condition(node, GPU_FRACTIONING_READY),
@@ -225,9 +228,14 @@ mod tests {
         assert_eq!(condition.status, "True");
         assert_eq!(condition.last_transition_time, Some(time(5)));
         assert_eq!(desired_fractioning(&bare, &mock, &gpus, &time(5)), None);
-        assert_eq!(desired_fractioning(&bare, &fake, &BTreeMap::new(), &time(5)), None);
+        assert_eq!(
+            desired_fractioning(&bare, &fake, &BTreeMap::new(), &time(5)),
+            None
+        );
         // A kubelet node: the device plugin made the GPUs allocatable.
-        let real = node(json!({"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}));
+        let real = node(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}),
+        );
         assert!(desired_fractioning(&real, &fake, &BTreeMap::new(), &time(5)).is_some());
     }
 

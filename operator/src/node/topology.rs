@@ -191,12 +191,18 @@ mod tests {
         assert_eq!(document.gpus[5].numa_node, Some(1));
         // Zone 1's second GPU: its own PCI domain, second bus.
         assert_eq!(
-            (document.gpus[5].pci_bus_id.as_str(), document.gpus[5].pcie_root.as_str()),
+            (
+                document.gpus[5].pci_bus_id.as_str(),
+                document.gpus[5].pcie_root.as_str()
+            ),
             ("0001:02:00.0", "pci0001:00")
         );
         assert_eq!(document.gpus[0].pci_bus_id, "0000:01:00.0");
         assert_eq!(
-            (document.architecture.as_str(), document.compute_capability.as_str()),
+            (
+                document.architecture.as_str(),
+                document.compute_capability.as_str()
+            ),
             ("Ampere", "8.0")
         );
         assert_eq!(

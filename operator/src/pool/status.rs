@@ -244,7 +244,14 @@ mod tests {
             node("other", json!({})),
         ];
         let two_on_n2 = |node: &str| if node == "n2" { 2 } else { 0 };
-        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], two_on_n2, &time(100));
+        let status = desired_status(
+            &a,
+            std::slice::from_ref(&a),
+            &nodes,
+            &[],
+            two_on_n2,
+            &time(100),
+        );
         assert_eq!((status.node_count, status.gpu_count), (2, 8));
         assert_eq!(status.allocated_gpus, 2);
         assert_eq!(status.nodes[1].allocated_gpus, 2);

@@ -1,0 +1,478 @@
+//! KWOK GPU nodes with the real scheduler: the operator publishes capacity and ResourceSlices,
+//! pods asking for `nvidia.com/gpu` or for DRA claims land on pool nodes and run, and the
+//! operator records which pod holds which GPU.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use fakegpu_api::{GpuNodePool, names::label, topology::NodeTopology};
+use fakegpu_e2e::{
+    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
+    eventually, install_crds, running_pod, topology_of, unique_name,
+};
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+/// Convergence bound for the operator and the scheduler; generous for a loaded CI machine.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn gpu_capacity(node: &Node) -> (Option<String>, Option<String>) {
+    let status = node.status.as_ref();
+    let get = |map: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| {
+        map.and_then(|m| m.get("nvidia.com/gpu"))
+            .map(|q| q.0.clone())
+    };
+    (
+        get(status.and_then(|s| s.capacity.as_ref())),
+        get(status.and_then(|s| s.allocatable.as_ref())),
+    )
+}
+
+fn has_fractioning(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "gpu-fractioning.nvidia.com/Ready" && c.status == "True")
+        })
+}
+
+/// Waits until the node's topology document satisfies `check`.
+async fn topology_where(
+    client: &Client,
+    node: &str,
+    what: &str,
+    check: impl Fn(&NodeTopology) -> bool,
+) -> anyhow::Result<NodeTopology> {
+    eventually(&format!("{node}: {what}"), CONVERGE, || async {
+        Ok(topology_of(client, node)
+            .await?
+            .map(|(_, document)| document)
+            .filter(|d| check(d)))
+    })
+    .await
+}
+
+fn holders(document: &NodeTopology) -> Vec<String> {
+    document
+        .gpus
+        .iter()
+        .map(|g| g.status.allocated_by.pod.clone())
+        .collect()
+}
+
+async fn allocated_in_status(client: &Client, pool: &str, allocated: u32) -> anyhow::Result<()> {
+    let pools: Api<GpuNodePool> = Api::all(client.clone());
+    eventually(
+        &format!("pool {pool} counts {allocated} allocated GPUs"),
+        CONVERGE,
+        || async {
+            let status = pools.get(pool).await?.status.unwrap_or_default();
+            Ok((status.allocated_gpus == allocated).then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn extended_resource_pods_schedule_run_and_are_tracked() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("ext");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let namespace = create_namespace(&client, "ext").await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&pool)
+        .node(&node)
+        .namespace(&namespace);
+    let result = extended_resources(&client, &pool, &node, &namespace).await;
+    cleanup.after(result).await
+}
+
+async fn extended_resources(
+    client: &Client,
+    pool: &str,
+    node: &str,
+    namespace: &str,
+) -> anyhow::Result<()> {
+    create_pool(client, pool, json!({"gpu": {"profile": "t4", "count": 2}})).await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("KWOK node has 2 allocatable GPUs", CONVERGE, || async {
+        let n = nodes.get(node).await?;
+        let published = gpu_capacity(&n) == (Some("2".into()), Some("2".into()));
+        Ok((published && has_fractioning(&n)).then_some(()))
+    })
+    .await?;
+
+    let on_pool = json!({"fakegpu.dev/pool": pool});
+    let gpus = |count: u32| {
+        json!([{"name": "main", "image": "busybox",
+        "resources": {"limits": {"nvidia.com/gpu": count.to_string()}}}])
+    };
+    create_kwok_pod(
+        client,
+        namespace,
+        "one",
+        json!({"nodeSelector": on_pool, "containers": gpus(1)}),
+    )
+    .await?;
+    let pod = running_pod(client, namespace, "one", CONVERGE).await?;
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    ensure!(bound == Some(node), "pod bound to {bound:?}, not {node}");
+    let document = topology_where(client, node, "GPU 0 held by pod one", |d| {
+        holders(d) == ["one", ""]
+    })
+    .await?;
+    let gpu0 = &document.gpus[0].status;
+    ensure!(gpu0.allocated_by.namespace == namespace && gpu0.allocated_by.container == "main");
+    let uid = pod.uid().context("pod uid")?;
+    ensure!(
+        gpu0.pod_gpu_usage_status.get(&uid).map(|u| u.fb_used) == Some(document.gpu_memory),
+        "usage not recorded under the pod's UID: {gpu0:?}"
+    );
+    allocated_in_status(client, pool, 1).await?;
+
+    // More than the node has left: the scheduler refuses with its own reason, nothing is
+    // over-allocated.
+    create_kwok_pod(
+        client,
+        namespace,
+        "greedy",
+        json!({"nodeSelector": on_pool, "containers": gpus(2)}),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let reason = eventually("greedy pod unschedulable", CONVERGE, || async {
+        let pod = pods.get("greedy").await?;
+        let condition = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+        Ok(condition.and_then(|c| c.message))
+    })
+    .await?;
+    ensure!(reason.contains("Insufficient nvidia.com/gpu"), "{reason}");
+    let document = topology_of(client, node).await?.context("topology")?.1;
+    ensure!(
+        holders(&document) == ["one", ""],
+        "{:?}",
+        holders(&document)
+    );
+
+    // The first pod goes: its GPU is freed and the waiting pod fits.
+    pods.delete("one", &DeleteParams::default().grace_period(0))
+        .await?;
+    running_pod(client, namespace, "greedy", CONVERGE).await?;
+    topology_where(client, node, "both GPUs held by greedy", |d| {
+        holders(d) == ["greedy", "greedy"]
+    })
+    .await?;
+    allocated_in_status(client, pool, 2).await?;
+
+    // Scale down: capacity follows; deleting the pool takes capacity and condition away.
+    let pools: Api<GpuNodePool> = Api::all(client.clone());
+    pools
+        .patch(
+            pool,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpu": {"count": 1}}})),
+        )
+        .await?;
+    eventually("capacity down to 1", CONVERGE, || async {
+        let n = nodes.get(node).await?;
+        Ok((gpu_capacity(&n) == (Some("1".into()), Some("1".into()))).then_some(()))
+    })
+    .await?;
+    pools.delete(pool, &DeleteParams::default()).await?;
+    eventually("capacity and condition removed", CONVERGE, || async {
+        let n = nodes.get(node).await?;
+        Ok((gpu_capacity(&n) == (None, None) && !has_fractioning(&n)).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+fn slices(client: &Client) -> Api<ResourceSlice> {
+    Api::all(client.clone())
+}
+
+/// The attribute values (string or version) of the slice's first device.
+fn first_device_attribute(slice: &ResourceSlice, key: &str) -> Option<String> {
+    let device = slice.spec.devices.as_ref()?.first()?;
+    let attribute = device.attributes.as_ref()?.get(key)?;
+    attribute.string.clone().or(attribute.version.clone())
+}
+
+async fn create_claim_template(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    exactly: serde_json::Value,
+) -> anyhow::Result<()> {
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &template)
+        .await?;
+    Ok(())
+}
+
+/// A pod using one claim made from `template`.
+async fn claim_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    template: &str,
+    node_selector: serde_json::Value,
+) -> anyhow::Result<Pod> {
+    create_kwok_pod(
+        client,
+        namespace,
+        name,
+        json!({
+            "nodeSelector": node_selector,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+        }),
+    )
+    .await?;
+    running_pod(client, namespace, name, CONVERGE).await
+}
+
+/// The claim a pod's template made, with its allocation.
+async fn allocated_claim(
+    client: &Client,
+    namespace: &str,
+    pod: &Pod,
+) -> anyhow::Result<(String, String)> {
+    let name = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .and_then(|s| s.first())
+        .and_then(|s| s.resource_claim_name.clone())
+        .context("pod has no generated claim")?;
+    let claim = Api::<ResourceClaim>::namespaced(client.clone(), namespace)
+        .get(&name)
+        .await?;
+    let result = claim
+        .status
+        .and_then(|s| s.allocation)
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .and_then(|r| r.into_iter().next())
+        .context("claim not allocated")?;
+    ensure!(result.driver == "gpu.nvidia.com", "{result:?}");
+    Ok((result.pool, result.device))
+}
+
+#[tokio::test]
+async fn dra_claims_are_allocated_from_the_operators_slices() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let l4 = unique_name("dra-l4");
+    let h100 = unique_name("dra-h100");
+    let (l4_node, h100_node) = (format!("{l4}-node"), format!("{h100}-node"));
+    create_kwok_node(&client, &l4_node, &[(label::NODE_POOL, &l4)]).await?;
+    create_kwok_node(&client, &h100_node, &[(label::NODE_POOL, &h100)]).await?;
+    let namespace = create_namespace(&client, "dra").await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&l4)
+        .pool(&h100)
+        .node(&l4_node)
+        .node(&h100_node)
+        .namespace(&namespace);
+    let result = dra(&client, [&l4, &h100], [&l4_node, &h100_node], &namespace).await;
+    cleanup.after(result).await
+}
+
+async fn dra(
+    client: &Client,
+    [l4, h100]: [&str; 2],
+    [l4_node, h100_node]: [&str; 2],
+    namespace: &str,
+) -> anyhow::Result<()> {
+    let dra_only = json!({"devicePlugin": false, "dra": true});
+    create_pool(
+        client,
+        l4,
+        json!({"gpu": {"profile": "l4", "count": 2}, "interfaces": dra_only}),
+    )
+    .await?;
+    create_pool(
+        client,
+        h100,
+        json!({"gpu": {"profile": "h100", "count": 2}, "interfaces": dra_only}),
+    )
+    .await?;
+    let slice_name = |node: &str| format!("kwok-{node}-gpu");
+    let h100_slice = eventually("H100 node's slice", CONVERGE, || async {
+        Ok(slices(client).get_opt(&slice_name(h100_node)).await?)
+    })
+    .await?;
+    ensure!(h100_slice.spec.node_name.as_deref() == Some(h100_node));
+    ensure!(h100_slice.spec.pool.name == h100_node);
+    ensure!(h100_slice.spec.devices.as_ref().map(Vec::len) == Some(2));
+    ensure!(
+        first_device_attribute(&h100_slice, "productName").as_deref()
+            == Some("NVIDIA H100 80GB HBM3")
+    );
+    ensure!(first_device_attribute(&h100_slice, "architecture").as_deref() == Some("Hopper"));
+    ensure!(
+        first_device_attribute(&h100_slice, "cudaComputeCapability").as_deref() == Some("9.0.0")
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    ensure!(
+        gpu_capacity(&nodes.get(h100_node).await?) == (None, None),
+        "a DRA-only pool must not publish the extended resource"
+    );
+
+    // The seed's template: just the DeviceClass, pinned to the L4 pool's nodes.
+    create_claim_template(
+        client,
+        namespace,
+        "any-gpu",
+        json!({"deviceClassName": "gpu.nvidia.com"}),
+    )
+    .await?;
+    let pod = claim_pod(
+        client,
+        namespace,
+        "plain",
+        "any-gpu",
+        json!({"fakegpu.dev/pool": l4}),
+    )
+    .await?;
+    let (pool, device) = allocated_claim(client, namespace, &pod).await?;
+    ensure!(pool == l4_node, "allocated from pool {pool}");
+    let index: usize = device.trim_start_matches("gpu-").parse()?;
+    let document = topology_where(client, l4_node, "claimed GPU recorded", |d| {
+        d.gpus
+            .get(index)
+            .is_some_and(|g| g.status.allocated_by.pod == "plain")
+    })
+    .await?;
+    ensure!(document.gpus.iter().filter(|g| g.status.in_use()).count() == 1);
+    allocated_in_status(client, l4, 1).await?;
+
+    // A CEL selector written for real GPUs picks the H100 pool, with no node selector at all.
+    create_claim_template(
+        client,
+        namespace,
+        "big-hopper",
+        json!({"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression":
+            "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3' && device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('79Gi')) >= 0 && device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('550.0.0'))"}}]}),
+    )
+    .await?;
+    let pod = claim_pod(client, namespace, "hopper", "big-hopper", json!({})).await?;
+    let (pool, _) = allocated_claim(client, namespace, &pod).await?;
+    ensure!(
+        pool == h100_node,
+        "CEL selector allocated from {pool}, not the H100 node"
+    );
+    ensure!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(h100_node),
+        "pod not on the H100 node"
+    );
+
+    // Scale down: the slice loses a device and its generation rises; the pool's deletion
+    // removes the slice.
+    let pools: Api<GpuNodePool> = Api::all(client.clone());
+    pools
+        .patch(
+            h100,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpu": {"count": 1}}})),
+        )
+        .await?;
+    eventually("H100 slice shrinks", CONVERGE, || async {
+        let slice = slices(client).get(&slice_name(h100_node)).await?;
+        let devices = slice.spec.devices.as_ref().map(Vec::len);
+        Ok(
+            (devices == Some(1) && slice.spec.pool.generation > h100_slice.spec.pool.generation)
+                .then_some(()),
+        )
+    })
+    .await?;
+    pools.delete(h100, &DeleteParams::default()).await?;
+    eventually("H100 slice removed", CONVERGE, || async {
+        Ok(slices(client)
+            .get_opt(&slice_name(h100_node))
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fractioning_condition_written_by_another_controller_is_left_alone() -> anyhow::Result<()>
+{
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("frac");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[]).await?;
+    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    let result = async {
+        let nodes: Api<Node> = Api::all(client.clone());
+        // Another controller (its own field manager) owns the condition type first.
+        let theirs = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+            "status": {"conditions": [{"type": "gpu-fractioning.nvidia.com/Ready", "status": "False",
+                "reason": "OwnedByRunai", "message": "set by another controller",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        nodes
+            .patch_status(&node, &PatchParams::apply("someone-else"), &Patch::Apply(&theirs))
+            .await?;
+        nodes
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: pool}}})),
+            )
+            .await?;
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 1}})).await?;
+        eventually("capacity published", CONVERGE, || async {
+            let n = nodes.get(&node).await?;
+            Ok((gpu_capacity(&n).1.as_deref() == Some("1")).then_some(n))
+        })
+        .await?;
+        // Give the operator a moment more; the condition must still be the other one's.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let n = nodes.get(&node).await?;
+        let condition = n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "gpu-fractioning.nvidia.com/Ready")
+            .context("condition gone")?;
+        ensure!(
+            condition.status == "False" && condition.reason.as_deref() == Some("OwnedByRunai"),
+            "{condition:?}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
