@@ -29,8 +29,20 @@ $kubectl wait gpunodepools --all --for=condition=Ready --timeout=60s >/dev/null
 show() { echo; echo "\$ kubectl $*"; $kubectl "$@"; }
 show get gpunodepools
 show get nodes -L fakegpu.dev/pool,nvidia.com/gpu.product,nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/gpu.family
+show get nodes -l fakegpu.dev/pool -o 'custom-columns=NODE:.metadata.name,POOL:.metadata.labels.fakegpu\.dev/pool,GPU:.status.allocatable.nvidia\.com/gpu,FRACTIONING:.status.conditions[?(@.type=="gpu-fractioning.nvidia.com/Ready")].status'
 show get configmaps -n fakegpu-system -l node-topology=true
 show get deviceclasses -L app.kubernetes.io/managed-by
+show get resourceslices
+
+echo; echo "==> running the example workloads (examples/) in namespace demo"
+$kubectl create namespace demo --dry-run=client -o yaml | $kubectl apply -f - >/dev/null
+$kubectl apply -n demo -f examples/ >/dev/null
+$kubectl wait -n demo pods --all --for=jsonpath='{.status.phase}'=Running --timeout=60s >/dev/null
+show get pods -n demo -o wide
+show get resourceclaims -n demo
+# The operator records the holders a moment after the pods run.
+sleep 2
+show get gpunodepools
 node=$($kubectl get nodes -l fakegpu.dev/pool=a100-numa -o jsonpath='{.items[0].metadata.name}')
 echo; echo "\$ kubectl get configmap -n fakegpu-system topology-$node -o jsonpath='{.data.topology\\.yml}' | head -20"
 $kubectl get configmap -n fakegpu-system "topology-$node" -o jsonpath='{.data.topology\.yml}' | head -20
