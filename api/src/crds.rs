@@ -18,10 +18,18 @@ pub enum RenderError {
 pub fn render() -> Result<Vec<(&'static str, String)>, RenderError> {
     let mut crd = serde_json::to_value(GpuNodePool::crd())?;
     use_kubernetes_integer_formats(&mut crd);
-    Ok(vec![(
-        "fakegpu.dev_gpunodepools.yaml",
-        serde_yaml::to_string(&crd)?,
-    )])
+    let mut nrt = serde_json::to_value(crate::nrt::crd()?)?;
+    use_kubernetes_integer_formats(&mut nrt);
+    Ok(vec![
+        (
+            "fakegpu.dev_gpunodepools.yaml",
+            serde_yaml::to_string(&crd)?,
+        ),
+        (
+            "topology.node.k8s.io_noderesourcetopologies.yaml",
+            serde_yaml::to_string(&nrt)?,
+        ),
+    ])
 }
 
 /// schemars writes `uint32`/`uint64` for unsigned fields; the API server does not know those

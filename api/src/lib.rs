@@ -4,8 +4,10 @@
 pub mod crds;
 pub mod dra;
 pub mod names;
+pub mod nrt;
 pub mod pool;
 pub mod profiles;
+pub mod quantity;
 pub mod topology;
 pub mod utilization;
 

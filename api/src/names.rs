@@ -191,6 +191,10 @@ pub mod fakegpu {
 
     /// Default of [`OPERATOR_HTTP_ADDR_ENV`].
     pub const DEFAULT_OPERATOR_HTTP_ADDR: &str = "0.0.0.0:8080";
+
+    /// Environment variable switching NodeResourceTopology publishing: `auto` (default: when the
+    /// cluster serves `topology.node.k8s.io/v1alpha2`) or `false` (never).
+    pub const NODE_RESOURCE_TOPOLOGY_ENV: &str = "FAKEGPU_NODE_RESOURCE_TOPOLOGY";
 }
 
 /// Metrics the operator exports on `/metrics`; dashboards and alerts read them.

@@ -8,6 +8,7 @@ use anyhow::{Context, ensure};
 use fakegpu_api::{
     GpuNodePool,
     names::{label, topology as topology_names},
+    nrt::NodeResourceTopology,
     topology::gpu_uuid,
 };
 use fakegpu_e2e::{
@@ -37,6 +38,24 @@ fn nodes(client: &Client) -> Api<Node> {
 
 fn configmaps(client: &Client) -> Api<ConfigMap> {
     Api::namespaced(client.clone(), OPERATOR_NAMESPACE)
+}
+
+fn nrts(client: &Client) -> Api<NodeResourceTopology> {
+    Api::all(client.clone())
+}
+
+/// (zone, GPU capacity) of each zone.
+fn zone_gpus(nrt: &NodeResourceTopology) -> Vec<(String, String)> {
+    nrt.zones
+        .iter()
+        .map(|zone| {
+            let gpus = zone.resources.iter().find(|r| r.name == "nvidia.com/gpu");
+            (
+                zone.name.clone(),
+                gpus.map(|r| r.capacity.0.clone()).unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 fn condition<'a>(pool: &'a GpuNodePool, type_: &str) -> Option<(&'a str, &'a str)> {
@@ -197,6 +216,22 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
         );
         let zones: Vec<Option<u32>> = document.gpus.iter().map(|g| g.numa_node).collect();
         ensure!(zones == [Some(0), Some(1)], "NUMA zones {zones:?}");
+
+        let nrt = nrts(client)
+            .get(name)
+            .await
+            .context("NodeResourceTopology")?;
+        ensure!(nrt.owner_references().first().map(|o| &o.uid) == node.metadata.uid.as_ref());
+        ensure!(nrt.topology_policies == ["SingleNUMANodeContainerLevel"]);
+        ensure!(
+            zone_gpus(&nrt) == [("node-0".into(), "1".into()), ("node-1".into(), "1".into())],
+            "{nrt:?}"
+        );
+        let costs: Vec<i64> = nrt.zones[0].costs.iter().map(|c| c.value).collect();
+        ensure!(costs == [10, 21], "costs {costs:?}");
+        // KWOK's default allocatable (cpu 1k, memory 1Ti) split over two zones.
+        let cpu = nrt.zones[1].resources.iter().find(|r| r.name == "cpu");
+        ensure!(cpu.map(|r| r.capacity.0.as_str()) == Some("500"), "{cpu:?}");
     }
 
     // Live reconfiguration: a100 x2 -> h100 x4, nothing restarted.
@@ -227,10 +262,12 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
                 let family = labels.get(label::GPU_FAMILY).map(String::as_str);
                 let document = topology_of(client, name).await?.map(|(_, d)| d);
                 let gpus = document.as_ref().map(|d| d.gpus.len());
+                let zones = zone_gpus(&nrts(client).get(name).await?);
                 Ok((product == Some("NVIDIA-H100-80GB-HBM3")
                     && count == Some("4")
                     && family == Some("hopper")
-                    && gpus == Some(4))
+                    && gpus == Some(4)
+                    && zones == [("node-0".into(), "2".into()), ("node-1".into(), "2".into())])
                 .then_some(()))
             },
         )
@@ -248,8 +285,9 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
     ready_pool(client, pool, 1).await?;
     eventually("unlabelled node released", CONVERGE, || async {
         let node = nodes(client).get(&names[1]).await?;
-        let released =
-            operator_labels(&node).is_empty() && topology_of(client, &names[1]).await?.is_none();
+        let released = operator_labels(&node).is_empty()
+            && topology_of(client, &names[1]).await?.is_none()
+            && nrts(client).get_opt(&names[1]).await?.is_none();
         Ok(
             (released && node.labels().get("type").map(String::as_str) == Some("kwok"))
                 .then_some(()),

@@ -15,8 +15,11 @@ use fakegpu_api::{
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
         topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
     },
+    nrt::{self, NodeResourceTopology},
 };
-use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc, future, future::BoxFuture};
+use futures::{
+    FutureExt, Stream, StreamExt, TryStreamExt, channel::mpsc, future, future::BoxFuture, stream,
+};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
@@ -40,8 +43,25 @@ use crate::{
     pool, tracking,
 };
 
+/// Whether NodeResourceTopologies can be published: the cluster serves the API (its CRD is in
+/// the bundle, or a topology exporter installed it).
+pub async fn serves_node_resource_topology(client: &Client) -> anyhow::Result<bool> {
+    let group_version = format!("{}/{}", nrt::GROUP, nrt::VERSION);
+    match client.list_api_group_resources(&group_version).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == nrt::PLURAL)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// Runs both controllers until a termination signal; returns once they have stopped.
-pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow::Result<()> {
+/// `node_resource_topology` says whether to publish NodeResourceTopologies.
+pub async fn run(
+    client: Client,
+    namespace: String,
+    node_resource_topology: bool,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
     let (pools, pool_writer) = reflector::store::<GpuNodePool>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
@@ -100,6 +120,15 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         claim.metadata.managed_fields = None;
     });
     let (claim_events, [claims_for_nodes]) = fan_out(claim_events);
+    let (nrts, nrt_events, nrts_for_nodes) = if node_resource_topology {
+        let (store, writer) = reflector::store::<NodeResourceTopology>();
+        let own = watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
+        let events = cached(Api::all(client.clone()), own, writer, |_| {});
+        let (drive, [for_nodes]) = fan_out(events);
+        (Some(store), drive.boxed(), for_nodes.boxed())
+    } else {
+        (None, future::pending().boxed(), stream::empty().boxed())
+    };
 
     let ctx = Arc::new(Context {
         client,
@@ -112,6 +141,7 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         pods: pods.clone(),
         pods_by_node,
         claims: claims.clone(),
+        nrts: nrts.clone(),
         metrics: metrics.clone(),
     });
     let node_store = nodes.clone();
@@ -130,6 +160,9 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
                 .as_ref()
                 .and_then(|s| s.node_name.as_deref())
                 .map(ObjectRef::new)
+        })
+        .watches_stream(nrts_for_nodes.map(Ok), |nrt| {
+            Some(ObjectRef::<Node>::new(&nrt.name_any()))
         })
         .watches_stream(claims_for_nodes.map(Ok), |claim| {
             tracking::nodes_of_claim(&claim)
@@ -179,6 +212,9 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         slices.wait_until_ready().await?;
         pods.wait_until_ready().await?;
         claims.wait_until_ready().await?;
+        if let Some(nrts) = &nrts {
+            nrts.wait_until_ready().await?;
+        }
         info!("caches ready, starting controllers");
         metrics.set_ready();
         future::join(node_controller, pool_controller).await;
@@ -193,6 +229,7 @@ pub async fn run(client: Client, namespace: String, metrics: Metrics) -> anyhow:
         () = slice_events => anyhow::bail!("ResourceSlice watch ended"),
         () = pod_events => anyhow::bail!("Pod watch ended"),
         () = claim_events => anyhow::bail!("ResourceClaim watch ended"),
+        () = nrt_events => anyhow::bail!("NodeResourceTopology watch ended"),
     }
 }
 

@@ -69,6 +69,9 @@ pub struct Context {
     pub pods: Store<Pod>,
     pub pods_by_node: pods::PodsByNode,
     pub claims: Store<ResourceClaim>,
+    /// fakegpu's NodeResourceTopologies; `None` when the cluster does not serve the API or
+    /// publishing is switched off.
+    pub nrts: Option<Store<fakegpu_api::nrt::NodeResourceTopology>>,
     pub metrics: metrics::Metrics,
 }
 

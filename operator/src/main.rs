@@ -1,11 +1,12 @@
 //! fakegpu-operator: see the library documentation. Configuration comes from the environment:
 //! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `FAKEGPU_HTTP_ADDR` (`/metrics`,
-//! `/healthz`, `/readyz`), `RUST_LOG` (tracing filter), and the usual in-cluster or
-//! `KUBECONFIG` credentials.
+//! `/healthz`, `/readyz`), `FAKEGPU_NODE_RESOURCE_TOPOLOGY` (`auto` or `false`), `RUST_LOG`
+//! (tracing filter), and the usual in-cluster or `KUBECONFIG` credentials.
 
 use anyhow::Context as _;
 use fakegpu_api::names::fakegpu::{
-    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
+    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, NODE_RESOURCE_TOPOLOGY_ENV,
+    OPERATOR_HTTP_ADDR_ENV,
 };
 use fakegpu_operator::{controllers, metrics::Metrics};
 use tracing_subscriber::EnvFilter;
@@ -28,10 +29,25 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("listening on {address} ({OPERATOR_HTTP_ADDR_ENV})"))?;
     let client = kube::Client::try_default().await?;
     tracing::info!(%namespace, %address, version = env!("CARGO_PKG_VERSION"), "fakegpu-operator starting");
+    let node_resource_topology = match std::env::var(NODE_RESOURCE_TOPOLOGY_ENV).as_deref() {
+        Ok("false") => false,
+        Ok("auto") | Err(_) => {
+            let served = controllers::serves_node_resource_topology(&client).await?;
+            if !served {
+                tracing::warn!(
+                    "topology.node.k8s.io/v1alpha2 is not served: no NodeResourceTopology will be published (install its CRD and restart the operator)"
+                );
+            }
+            served
+        }
+        Ok(other) => {
+            anyhow::bail!("{NODE_RESOURCE_TOPOLOGY_ENV}={other:?}: expected auto or false")
+        }
+    };
 
     let http = axum::serve(listener, metrics.clone().router());
     tokio::select! {
-        result = controllers::run(client, namespace, metrics) => result,
+        result = controllers::run(client, namespace, node_resource_topology, metrics) => result,
         result = http => result.context("HTTP server stopped"),
     }
 }

@@ -3,6 +3,7 @@
 //! takes them away when no pool does.
 
 pub mod labels;
+pub mod nrt;
 pub mod slice;
 pub mod status;
 pub mod topology;
@@ -12,6 +13,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use fakegpu_api::{
     GpuNodePool,
     names::{annotation, fakegpu::POOL_LABEL, topology::DATA_KEY},
+    nrt::NodeResourceTopology,
     pool::resolve::{ResolvedGpu, resolve},
     topology::NodeTopology,
 };
@@ -53,6 +55,7 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             ensure_status(&ctx, &node, &pool, &gpu).await?;
             let topology = desired_topology(&ctx, &node, &pool, &gpu);
             ensure_slice(&ctx, &node, &pool, &topology).await?;
+            ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
@@ -220,6 +223,44 @@ async fn remove_slice(ctx: &Context, node: &str, exists: bool) -> Result<()> {
     apply::delete(&slices, &slice::slice_name(node)).await
 }
 
+fn cached_nrt(ctx: &Context, node: &str) -> Option<Arc<NodeResourceTopology>> {
+    ctx.nrts.as_ref()?.get(&ObjectRef::new(node))
+}
+
+/// The NodeResourceTopology of a node of a NUMA pool (when the cluster serves the API).
+async fn ensure_nrt(
+    ctx: &Context,
+    node: &Node,
+    pool: &GpuNodePool,
+    topology: &NodeTopology,
+) -> Result<()> {
+    if ctx.nrts.is_none() {
+        return Ok(());
+    }
+    let name = node.name_any();
+    let current = cached_nrt(ctx, &name);
+    let Some(desired) = nrt::desired_nrt(node, pool, topology) else {
+        return remove_nrt(ctx, &name, current.is_some()).await;
+    };
+    if current.is_some_and(|c| nrt::nrt_current(&c, &desired)) {
+        return Ok(());
+    }
+    info!(node = %name, pool = %pool.name_any(), "writing NodeResourceTopology");
+    let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
+    apply::apply(&api, &name, &nrt::nrt_patch(&desired))
+        .await
+        .map(drop)
+}
+
+async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Result<()> {
+    if !exists {
+        return Ok(());
+    }
+    info!(node, "removing NodeResourceTopology");
+    let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
+    apply::delete(&api, node).await
+}
+
 async fn ensure_topology(
     ctx: &Context,
     node: &Node,
@@ -259,6 +300,7 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
         apply_status(ctx, node, &status::StatusIntent::default()).await?;
     }
     remove_slice(ctx, &name, cached_slice(ctx, &name).is_some()).await?;
+    remove_nrt(ctx, &name, cached_nrt(ctx, &name).is_some()).await?;
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");
         let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
