@@ -10,6 +10,9 @@
 #
 # Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster). The operator serves
 # /metrics, /healthz and /readyz on $FAKEGPU_HTTP_ADDR (default 127.0.0.1:18080).
+# FAKEGPU_OPERATOR_INSTANCE (default `operator`) names the pid and log files, so that a second
+# replica can run beside the first (another FAKEGPU_HTTP_ADDR too); `start`/`restart` wait
+# until the replica leads unless FAKEGPU_WAIT_FOR_LEADER=false (a replica meant to stand by).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,8 +20,10 @@ dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
 kubectl=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}/kubectl
 namespace=fakegpu-system
 account=fakegpu-operator
-pidfile=$dir/run/operator.pid
+instance=${FAKEGPU_OPERATOR_INSTANCE:-operator}
+pidfile=$dir/run/$instance.pid
 http_addr=${FAKEGPU_HTTP_ADDR:-127.0.0.1:18080}
+wait_for_leader=${FAKEGPU_WAIT_FOR_LEADER:-true}
 
 log() { printf '[operator] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -74,14 +79,16 @@ launch() {
   [[ -x $repo/target/debug/fakegpu-operator ]] || die "not built yet: run $0 start"
   stop
   mkdir -p "$dir/run" "$dir/logs"
-  local kc logfile=$dir/logs/operator.log
+  local kc logfile=$dir/logs/$instance.log
   kc=$(service_account_kubeconfig)
   KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace FAKEGPU_HTTP_ADDR=$http_addr RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
-    setsid "$repo/target/debug/fakegpu-operator" >"$logfile" 2>&1 </dev/null &
+    FAKEGPU_IDENTITY=$instance-$$ setsid "$repo/target/debug/fakegpu-operator" >"$logfile" 2>&1 </dev/null &
   echo $! >"$pidfile"
-  for _ in $(seq 1 150); do
-    if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1; then
-      log "running as $namespace/$account, http://$http_addr/metrics (log: $logfile)"
+  for _ in $(seq 1 300); do
+    if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1 &&
+      { [[ $wait_for_leader != true ]] ||
+        curl -sf "http://$http_addr/metrics" | grep -q '^fakegpu_operator_leader 1'; }; then
+      log "$instance running as $namespace/$account, http://$http_addr/metrics (log: $logfile)"
       return
     fi
     kill -0 "$(cat "$pidfile")" 2>/dev/null || { tail -n 5 "$logfile" >&2; die "operator exited"; }

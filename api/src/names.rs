@@ -195,6 +195,18 @@ pub mod fakegpu {
     /// Environment variable switching NodeResourceTopology publishing: `auto` (default: when the
     /// cluster serves `topology.node.k8s.io/v1alpha2`) or `false` (never).
     pub const NODE_RESOURCE_TOPOLOGY_ENV: &str = "FAKEGPU_NODE_RESOURCE_TOPOLOGY";
+
+    /// Environment variable switching leader election: `true` (default) or `false` (a single
+    /// replica that never waits, e.g. under a debugger).
+    pub const LEADER_ELECTION_ENV: &str = "FAKEGPU_LEADER_ELECTION";
+
+    /// Environment variable with this replica's identity in the lease (the Deployment sets the
+    /// pod name); the host name and process id otherwise.
+    pub const IDENTITY_ENV: &str = "FAKEGPU_IDENTITY";
+
+    /// The Lease (coordination.k8s.io/v1) in the operator's namespace that replicas elect a
+    /// leader with.
+    pub const LEADER_LEASE: &str = "fakegpu-operator";
 }
 
 /// Metrics the operator exports on `/metrics`; dashboards and alerts read them.
@@ -205,6 +217,8 @@ pub mod metric {
     pub const RECONCILE_ERRORS: &str = "fakegpu_operator_reconcile_errors_total";
     /// Histogram, label `controller`: reconcile duration in seconds.
     pub const RECONCILE_DURATION: &str = "fakegpu_operator_reconcile_duration_seconds";
+    /// Gauge: 1 while the replica holds the leader lease.
+    pub const LEADER: &str = "fakegpu_operator_leader";
 }
 
 /// The per-node topology ConfigMap, kept readable by tools written for the reference's

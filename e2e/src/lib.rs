@@ -435,3 +435,28 @@ pub async fn running_pod(
     )
     .await
 }
+
+/// Where the operator that hack/operator.sh started serves HTTP.
+pub fn operator_address() -> String {
+    std::env::var("FAKEGPU_HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:18080".into())
+}
+
+/// GET `http://<address><path>` (with curl, which every test machine has); fails on an error
+/// status.
+pub fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
+    let output = Command::new("curl")
+        .args(["-sf", &format!("http://{address}{path}")])
+        .output()?;
+    if !output.status.success() {
+        bail!("GET {address}{path} failed: {:?}", output.status);
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// The value of an unlabelled series in a Prometheus text exposition.
+pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}

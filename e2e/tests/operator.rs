@@ -12,8 +12,8 @@ use fakegpu_api::{
     topology::gpu_uuid,
 };
 use fakegpu_e2e::{
-    Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, create_pool, eventually,
-    install_crds, topology_of, unique_name,
+    Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, create_pool, eventually, http_get,
+    install_crds, operator_address, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -451,18 +451,8 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
 /// tests caused.
 #[tokio::test]
 async fn operator_serves_health_and_metrics() -> anyhow::Result<()> {
-    let address = std::env::var("FAKEGPU_HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:18080".into());
-    let get = |path: &str| {
-        let output = std::process::Command::new("curl")
-            .args(["-sf", &format!("http://{address}{path}")])
-            .output()?;
-        ensure!(
-            output.status.success(),
-            "GET {path} failed: {:?}",
-            output.status
-        );
-        Ok(String::from_utf8(output.stdout)?)
-    };
+    let address = operator_address();
+    let get = |path: &str| http_get(&address, path);
     ensure!(get("/healthz")? == "ok" && get("/readyz")? == "ok");
     let (client, pool, _node, cleanup) = pool_with_one_node("metrics").await?;
     let result = async {

@@ -216,7 +216,7 @@ pub async fn run(
             nrts.wait_until_ready().await?;
         }
         info!("caches ready, starting controllers");
-        metrics.set_ready();
+        metrics.set_ready(true);
         future::join(node_controller, pool_controller).await;
         anyhow::Ok(())
     };

@@ -12,6 +12,7 @@
 pub mod apply;
 pub mod controllers;
 pub mod deviceclass;
+pub mod leader;
 pub mod membership;
 pub mod metrics;
 pub mod node;

@@ -1,14 +1,21 @@
 //! fakegpu-operator: see the library documentation. Configuration comes from the environment:
 //! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `FAKEGPU_HTTP_ADDR` (`/metrics`,
-//! `/healthz`, `/readyz`), `FAKEGPU_NODE_RESOURCE_TOPOLOGY` (`auto` or `false`), `RUST_LOG`
-//! (tracing filter), and the usual in-cluster or `KUBECONFIG` credentials.
+//! `/healthz`, `/readyz`), `FAKEGPU_NODE_RESOURCE_TOPOLOGY` (`auto` or `false`),
+//! `FAKEGPU_LEADER_ELECTION` (`true` or `false`), `FAKEGPU_IDENTITY` (name in the lease),
+//! `RUST_LOG` (tracing filter), and the usual in-cluster or `KUBECONFIG` credentials.
 
 use anyhow::Context as _;
+use std::time::Duration;
+
 use fakegpu_api::names::fakegpu::{
-    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, NODE_RESOURCE_TOPOLOGY_ENV,
-    OPERATOR_HTTP_ADDR_ENV,
+    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, IDENTITY_ENV, LEADER_ELECTION_ENV, LEADER_LEASE,
+    NAMESPACE_ENV, NODE_RESOURCE_TOPOLOGY_ENV, OPERATOR_HTTP_ADDR_ENV,
 };
-use fakegpu_operator::{controllers, metrics::Metrics};
+use fakegpu_operator::{
+    controllers,
+    leader::{LeaderElector, LeaseSettings},
+    metrics::Metrics,
+};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -45,9 +52,56 @@ async fn main() -> anyhow::Result<()> {
         }
     };
 
+    let leader_election = match std::env::var(LEADER_ELECTION_ENV).as_deref() {
+        Ok("true") | Err(_) => true,
+        Ok("false") => false,
+        Ok(other) => anyhow::bail!("{LEADER_ELECTION_ENV}={other:?}: expected true or false"),
+    };
+
     let http = axum::serve(listener, metrics.clone().router());
+    let operate = async {
+        if !leader_election {
+            metrics.set_leader(true);
+            return controllers::run(client, namespace, node_resource_topology, metrics.clone())
+                .await;
+        }
+        let mut elector = LeaderElector::new(
+            client.clone(),
+            LeaseSettings {
+                namespace: namespace.clone(),
+                name: LEADER_LEASE.to_owned(),
+                identity: identity(),
+                lease_duration: Duration::from_secs(15),
+                retry_period: Duration::from_secs(2),
+            },
+        );
+        // Standing by is healthy and ready: a rolling update waits for readiness.
+        metrics.set_ready(true);
+        tokio::select! {
+            () = elector.acquire() => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+        metrics.set_ready(false);
+        metrics.set_leader(true);
+        let result = tokio::select! {
+            result = controllers::run(client, namespace, node_resource_topology, metrics.clone()) => result,
+            () = elector.hold() => Err(anyhow::anyhow!("lost the leader lease; exiting so that a restart stands by again")),
+        };
+        metrics.set_leader(false);
+        elector.release().await;
+        result
+    };
     tokio::select! {
-        result = controllers::run(client, namespace, node_resource_topology, metrics) => result,
+        result = operate => result,
         result = http => result.context("HTTP server stopped"),
     }
+}
+
+/// This replica's identity in the lease: the pod name where the Deployment sets it; else the
+/// host and process, unique on one machine.
+fn identity() -> String {
+    std::env::var(IDENTITY_ENV).unwrap_or_else(|_| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "fakegpu-operator".into());
+        format!("{host}-{}", std::process::id())
+    })
 }

@@ -1,6 +1,6 @@
 //! The operator's own metrics and its HTTP endpoints: `/metrics` (Prometheus text format),
-//! `/healthz` (the process serves), `/readyz` (the watch caches are filled and the controllers
-//! run).
+//! `/healthz` (the process serves), `/readyz` (standing by for the lease, or leading with the
+//! watch caches filled and the controllers running).
 
 use std::{
     future::Future,
@@ -14,7 +14,7 @@ use std::{
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use fakegpu_api::names::metric;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
 use crate::{Error, Result};
@@ -26,6 +26,7 @@ pub struct Metrics {
     reconciles: IntCounterVec,
     errors: IntCounterVec,
     duration: HistogramVec,
+    leader: IntGauge,
     ready: Arc<AtomicBool>,
 }
 
@@ -53,12 +54,18 @@ impl Metrics {
         )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(errors.clone()))?;
+        let leader = IntGauge::new(
+            metric::LEADER,
+            "1 while this replica holds the leader lease and runs the controllers.",
+        )?;
         registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
         Ok(Self {
             registry,
             reconciles,
             errors,
             duration,
+            leader,
             ready: Arc::default(),
         })
     }
@@ -85,9 +92,15 @@ impl Metrics {
             .inc();
     }
 
-    /// Marks the operator ready: caches filled, controllers started.
-    pub fn set_ready(&self) {
-        self.ready.store(true, Ordering::Release);
+    /// Marks the operator ready (standing by, or caches filled and controllers started) or not
+    /// (a new leader filling its caches).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
     }
 
     fn render(&self) -> Result<String, prometheus::Error> {
@@ -117,7 +130,10 @@ async fn serve_ready(State(metrics): State<Metrics>) -> (StatusCode, &'static st
     if metrics.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ok")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not filled yet")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: caches not filled yet",
+        )
     }
 }
 
