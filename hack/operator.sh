@@ -24,6 +24,8 @@ instance=${FAKEGPU_OPERATOR_INSTANCE:-operator}
 pidfile=$dir/run/$instance.pid
 http_addr=${FAKEGPU_HTTP_ADDR:-127.0.0.1:18080}
 wait_for_leader=${FAKEGPU_WAIT_FOR_LEADER:-true}
+# The binary `restart` runs (the scale benchmark points it at a release build).
+binary=${FAKEGPU_OPERATOR_BIN:-$repo/target/debug/fakegpu-operator}
 
 log() { printf '[operator] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -76,13 +78,13 @@ start() {
 }
 
 launch() {
-  [[ -x $repo/target/debug/fakegpu-operator ]] || die "not built yet: run $0 start"
+  [[ -x $binary ]] || die "$binary is not built yet: run $0 start"
   stop
   mkdir -p "$dir/run" "$dir/logs"
   local kc logfile=$dir/logs/$instance.log
   kc=$(service_account_kubeconfig)
   KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace FAKEGPU_HTTP_ADDR=$http_addr RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
-    FAKEGPU_IDENTITY=$instance-$$ setsid "$repo/target/debug/fakegpu-operator" >"$logfile" 2>&1 </dev/null &
+    FAKEGPU_IDENTITY=$instance-$$ setsid "$binary" >"$logfile" 2>&1 </dev/null &
   echo $! >"$pidfile"
   for _ in $(seq 1 300); do
     if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1 &&

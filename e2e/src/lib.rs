@@ -319,7 +319,8 @@ pub const OPERATOR_NAMESPACE: &str = "fakegpu-system";
 pub const OPERATOR_USER: &str = "system:serviceaccount:fakegpu-system:fakegpu-operator";
 
 /// Mutating requests the operator made, from the API server's audit log (hack/cluster.sh
-/// records writes only), as `verb resource/name[/subresource]`, in order.
+/// records writes only), as `verb resource/name[/subresource]`, in order; leader-election
+/// lease renewals left out.
 pub fn operator_writes() -> anyhow::Result<Vec<String>> {
     let dir = std::env::var_os("FAKEGPU_CLUSTER_DIR")
         .map(PathBuf::from)
@@ -333,6 +334,10 @@ pub fn operator_writes() -> anyhow::Result<Vec<String>> {
             continue;
         }
         let object = &entry["objectRef"];
+        // Lease renewals (leader election, every 2 s) are the heartbeat, not reconcile writes.
+        if object["resource"] == "leases" {
+            continue;
+        }
         let mut write = format!(
             "{} {}/{}",
             entry["verb"].as_str().unwrap_or_default(),

@@ -3,14 +3,36 @@
 //! them when fakegpu stops applying them. Callers compare with the cache first: a call here is a
 //! write, and a resync with nothing changed makes none.
 
-use fakegpu_api::names::FIELD_MANAGER;
+use std::sync::LazyLock;
+
+use fakegpu_api::names::{FIELD_MANAGER, metric};
 use kube::{
     Api, Resource,
     api::{DeleteParams, Patch, PatchParams},
 };
+use prometheus::{IntCounterVec, Opts};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::Result;
+
+/// Every write the operator makes, by kind and verb: the number that idempotence and the scale
+/// benchmark are about. Process-wide because every write path goes through here; registered in
+/// the operator's registry by [`crate::metrics::Metrics::new`].
+#[allow(clippy::expect_used)] // Constant name and labels; the metrics unit test builds it.
+pub static WRITES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            metric::WRITES,
+            "Writes sent to the API server, by kind and verb.",
+        ),
+        &["kind", "verb"],
+    )
+    .expect("valid metric name and labels")
+});
+
+fn count<K: Resource<DynamicType = ()>>(verb: &str) {
+    WRITES.with_label_values(&[&K::kind(&()), verb]).inc();
+}
 
 fn params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
@@ -23,8 +45,9 @@ pub async fn apply<K>(
     object: &(impl Serialize + std::fmt::Debug),
 ) -> Result<K>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    count::<K>("apply");
     Ok(api.patch(name, &params(), &Patch::Apply(object)).await?)
 }
 
@@ -35,8 +58,9 @@ pub async fn apply_status<K>(
     object: &(impl Serialize + std::fmt::Debug),
 ) -> Result<K>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    count::<K>("apply-status");
     Ok(api
         .patch_status(name, &params(), &Patch::Apply(object))
         .await?)
@@ -45,8 +69,9 @@ where
 /// Deletes an object; one that is already gone counts as deleted.
 pub async fn delete<K>(api: &Api<K>, name: &str) -> Result<()>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    count::<K>("delete");
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),

@@ -60,6 +60,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(crate::apply::WRITES.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -163,6 +164,14 @@ mod tests {
             text.contains(
                 r#"fakegpu_operator_reconcile_duration_seconds_count{controller="node"} 1"#
             ),
+            "{text}"
+        );
+        crate::apply::WRITES
+            .with_label_values(&["Node", "apply"])
+            .inc();
+        let text = metrics.render().expect("renders");
+        assert!(
+            text.contains(r#"fakegpu_operator_writes_total{kind="Node",verb="apply"}"#),
             "{text}"
         );
     }
