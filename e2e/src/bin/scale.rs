@@ -72,7 +72,7 @@ fn parse_args() -> anyhow::Result<Args> {
 /// Pool `i`: even pools serve DRA and the device plugin (H100 x8), odd ones only the device
 /// plugin (L40S x4), so both write paths are measured.
 fn pool_spec(i: usize) -> (serde_json::Value, u32, bool) {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         (
             json!({"gpu": {"profile": "h100"}, "interfaces": {"devicePlugin": true, "dra": true}}),
             8,
@@ -122,18 +122,26 @@ fn process_usage(pid: u32) -> anyhow::Result<(f64, f64)> {
     Ok((ticks / 100.0, peak_kib / 1024.0))
 }
 
-/// The operator's write counter, summed over kinds and verbs.
-fn operator_writes() -> anyhow::Result<f64> {
+/// The operator's write counters by kind and verb.
+fn operator_writes_by_kind() -> anyhow::Result<Vec<(String, u64)>> {
     let text = http_get(&operator_address(), "/metrics")?;
     Ok(text
         .lines()
-        .filter(|l| l.starts_with(metric::WRITES))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
+        .filter_map(|l| l.strip_prefix(metric::WRITES))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse::<f64>().ok()? as u64))
+        })
+        .collect())
+}
+
+/// The operator's write counter, summed over kinds and verbs.
+fn operator_writes() -> anyhow::Result<u64> {
+    Ok(operator_writes_by_kind()?.iter().map(|(_, v)| v).sum())
 }
 
 /// Waits until the operator's write counter stays put for `quiet`; returns it.
-async fn quiet_writes(quiet: Duration) -> anyhow::Result<f64> {
+async fn quiet_writes(quiet: Duration) -> anyhow::Result<u64> {
     let mut last = operator_writes()?;
     loop {
         tokio::time::sleep(quiet).await;
@@ -338,7 +346,10 @@ async fn main() -> anyhow::Result<()> {
     let (cpu_after, _) = process_usage(pid)?;
     let first_pass = quiet_writes(Duration::from_secs(5)).await? - writes_before;
     let (_, peak_rss) = process_usage(pid)?;
-    eprintln!("converged in {converge:.1?}; first pass {first_pass} writes");
+    eprintln!(
+        "converged in {converge:.1?}; first pass {first_pass} writes (cumulative by kind: {:?})",
+        operator_writes_by_kind()?
+    );
 
     hack("operator.sh", &["restart"])?;
     let resync = quiet_writes(Duration::from_secs(10)).await?;
@@ -353,6 +364,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let n = args.nodes as f64;
+    let first_pass = first_pass as f64;
     let row = BTreeMap::from([
         ("nodes", json!(args.nodes)),
         ("pools", json!(args.pools)),

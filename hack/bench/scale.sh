@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Scale benchmark: for each node count, a fresh local control plane (own directory and ports),
+# the operator built with --release and run as its ServiceAccount, and the driver
+# (e2e/src/bin/scale.rs) creating KWOK nodes, applying pools and measuring. Prints a table.
+#
+#   hack/bench/scale.sh [NODES ...]          default: 100 1000
+#   FAKEGPU_BENCH_POOLS=4 FAKEGPU_BENCH_PODS=500 hack/bench/scale.sh 5000
+#
+# Not a test: nothing is asserted. Results land in .cache/bench/results.md as well.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+sizes=("$@")
+[[ ${#sizes[@]} -gt 0 ]] || sizes=(100 1000)
+pools=${FAKEGPU_BENCH_POOLS:-4}
+pods=${FAKEGPU_BENCH_PODS:-500}
+
+export FAKEGPU_CLUSTER_DIR=$repo/.cache/bench/cluster
+export FAKEGPU_ETCD_PORT=22379 FAKEGPU_ETCD_PEER_PORT=22380 FAKEGPU_APISERVER_PORT=26443
+export FAKEGPU_KCM_PORT=30257 FAKEGPU_SCHEDULER_PORT=30259 FAKEGPU_KWOK_PORT=30247
+export FAKEGPU_HTTP_ADDR=127.0.0.1:38080
+export FAKEGPU_OPERATOR_BIN=$repo/target/release/fakegpu-operator
+results=$repo/.cache/bench/results.md
+mkdir -p "$(dirname "$results")"
+
+cleanup() { hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+hack/cluster.sh build
+cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale
+
+header="| nodes | pools | node creation s | converge s | operator CPU s | operator peak RSS MiB | first-pass writes/node | resync writes | GPU pods/s | plain pods/s (operator stopped) |"
+{
+  echo "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: hack/bench/scale.sh ${sizes[*]} (pools=$pools pods=$pods)"
+  echo
+  echo "$header"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+} >"$results"
+for n in "${sizes[@]}"; do
+  cleanup
+  rm -rf "$FAKEGPU_CLUSTER_DIR"
+  eval "$(hack/cluster.sh up)"
+  # The bench cluster has no smoke node in the way: the driver counts only its own nodes.
+  hack/operator.sh install
+  hack/operator.sh restart
+  echo "==> $n nodes, $pools pools, $pods pods" >&2
+  target/release/scale --nodes "$n" --pools "$pools" --pods "$pods" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
+  head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
+done
+echo
+cat "$results"
