@@ -84,7 +84,7 @@ launch() {
   local kc logfile=$dir/logs/$instance.log
   kc=$(service_account_kubeconfig)
   KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace FAKEGPU_HTTP_ADDR=$http_addr RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
-    FAKEGPU_IDENTITY=$instance-$$ setsid "$binary" >"$logfile" 2>&1 </dev/null &
+    FAKEGPU_IDENTITY=$instance-$$ setsid "$binary" >>"$logfile" 2>&1 </dev/null &
   echo $! >"$pidfile"
   for _ in $(seq 1 300); do
     if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1 &&

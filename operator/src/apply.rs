@@ -3,7 +3,7 @@
 //! them when fakegpu stops applying them. Callers compare with the cache first: a call here is a
 //! write, and a resync with nothing changed makes none.
 
-use std::sync::LazyLock;
+use std::{sync::LazyLock, time::Instant};
 
 use fakegpu_api::names::{FIELD_MANAGER, metric};
 use kube::{
@@ -13,7 +13,10 @@ use kube::{
 use prometheus::{IntCounterVec, Opts};
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::Result;
+use crate::{
+    Result,
+    recent::{RecentWrites, Target, fingerprint},
+};
 
 /// Every write the operator makes, by kind and verb: the number that idempotence and the scale
 /// benchmark are about. Process-wide because every write path goes through here; registered in
@@ -64,6 +67,71 @@ where
     Ok(api
         .patch_status(name, &params(), &Patch::Apply(object))
         .await?)
+}
+
+/// [`apply`], unless `recent` shows the same apply still on its way to the cache.
+pub async fn apply_once<K>(
+    recent: &RecentWrites,
+    api: &Api<K>,
+    name: &str,
+    object: &(impl Serialize + std::fmt::Debug),
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let target = Target::new::<K>(name, None);
+    once(recent, target, object, apply(api, name, object)).await
+}
+
+/// [`apply_status`], unless `recent` shows the same apply still on its way to the cache.
+/// `same` is what makes two status writes the same (a status carries timestamps that differ
+/// between two computations of one intent).
+pub async fn apply_status_once<K>(
+    recent: &RecentWrites,
+    api: &Api<K>,
+    name: &str,
+    object: &(impl Serialize + std::fmt::Debug),
+    same: &impl Serialize,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let target = Target::new::<K>(name, Some("status"));
+    once(recent, target, same, apply_status(api, name, object)).await
+}
+
+async fn once<K: Resource>(
+    recent: &RecentWrites,
+    target: Target,
+    same: &impl Serialize,
+    write: impl Future<Output = Result<K>>,
+) -> Result<()> {
+    let fingerprint = fingerprint(same);
+    if recent.is_repeat(&target, fingerprint, Instant::now()) {
+        tracing::debug!(
+            ?target,
+            "same write already sent; the cache has not shown it yet"
+        );
+        return Ok(());
+    }
+    let written = write.await?;
+    recent.record(
+        target,
+        fingerprint,
+        written.meta().resource_version.as_deref(),
+        Instant::now(),
+    );
+    Ok(())
+}
+
+/// [`delete`], forgetting what `recent` holds of the object: a later apply of the same body
+/// creates it again.
+pub async fn delete_once<K>(recent: &RecentWrites, api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    recent.forget(&Target::new::<K>(name, None));
+    delete(api, name).await
 }
 
 /// Deletes an object; one that is already gone counts as deleted.

@@ -39,9 +39,15 @@ use crate::{
     Context,
     metrics::Metrics,
     node,
+    pacer::Pacer,
     pods::{self, PodsByNode},
-    pool, tracking,
+    pool,
+    recent::RecentWrites,
+    tracking,
 };
+
+/// At most one status write per pool per interval (see [`crate::pacer`]).
+const POOL_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether NodeResourceTopologies can be published: the cluster serves the API (its CRD is in
 /// the bundle, or a topology exporter installed it).
@@ -70,6 +76,7 @@ pub async fn run(
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (claims, claim_writer) = reflector::store::<ResourceClaim>();
     let pods_by_node = PodsByNode::default();
+    let recent = Arc::new(RecentWrites::default());
 
     let all = watcher::Config::default();
     let pool_events = cached(Api::all(client.clone()), all.clone(), pool_writer, |_| {});
@@ -81,7 +88,8 @@ pub async fn run(
             pools_for_node_controller,
         ],
     ) = fan_out(pool_events);
-    let node_events = cached(Api::all(client.clone()), all.clone(), node_writer, |_| {});
+    let node_events = cached(Api::all(client.clone()), all.clone(), node_writer, |_| {})
+        .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
     let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
@@ -89,7 +97,8 @@ pub async fn run(
         topology_configmaps,
         configmap_writer,
         |_| {},
-    );
+    )
+    .inspect(confirm(&recent));
     // Driven here, not by the node controller: the controllers start only once this cache is full.
     let (configmap_events, [configmaps_for_nodes, configmaps_for_pools]) =
         fan_out(configmap_events);
@@ -103,7 +112,8 @@ pub async fn run(
     let own_slices = all
         .clone()
         .labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
-    let slice_events = cached(Api::all(client.clone()), own_slices, slice_writer, |_| {});
+    let slice_events = cached(Api::all(client.clone()), own_slices, slice_writer, |_| {})
+        .inspect(confirm(&recent));
     let (slice_events, [slices_for_nodes]) = fan_out(slice_events);
     // Pods also feed the node -> pods index, from the same events as their store.
     let index = pods_by_node.clone();
@@ -123,7 +133,8 @@ pub async fn run(
     let (nrts, nrt_events, nrts_for_nodes) = if node_resource_topology {
         let (store, writer) = reflector::store::<NodeResourceTopology>();
         let own = watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
-        let events = cached(Api::all(client.clone()), own, writer, |_| {});
+        let events =
+            cached(Api::all(client.clone()), own, writer, |_| {}).inspect(confirm(&recent));
         let (drive, [for_nodes]) = fan_out(events);
         (Some(store), drive.boxed(), for_nodes.boxed())
     } else {
@@ -143,6 +154,8 @@ pub async fn run(
         claims: claims.clone(),
         nrts: nrts.clone(),
         metrics: metrics.clone(),
+        pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
+        recent,
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_stream(for_node_controller.map(Ok), nodes.clone())
@@ -257,6 +270,16 @@ where
             .reflect(writer)
             .touched_objects(),
     )
+}
+
+/// Tells `recent` of every object a watch delivers, so that writes the cache now shows are no
+/// longer held back (see [`crate::recent`]). Runs after the cache took the object and before
+/// the controllers hear of it.
+fn confirm<K: kube::Resource<DynamicType = ()>>(
+    recent: &Arc<RecentWrites>,
+) -> impl Fn(&K) + use<K> {
+    let recent = recent.clone();
+    move |object| recent.seen(object)
 }
 
 /// Wraps a reconcile function so that every run is counted and timed under `controller`.

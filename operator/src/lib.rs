@@ -16,8 +16,10 @@ pub mod leader;
 pub mod membership;
 pub mod metrics;
 pub mod node;
+pub mod pacer;
 pub mod pods;
 pub mod pool;
+pub mod recent;
 #[cfg(test)]
 mod testing;
 pub mod tracking;
@@ -27,6 +29,8 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Node, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
+use std::sync::Arc;
+
 use kube::{Client, runtime::reflector::Store};
 
 /// Everything that can fail in a reconcile. Operator-side problems with a pool's content are not
@@ -55,7 +59,6 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What every reconcile may use: the client and the shared caches.
-#[derive(Clone)]
 pub struct Context {
     pub client: Client,
     /// Namespace of the per-node topology ConfigMaps.
@@ -74,6 +77,10 @@ pub struct Context {
     /// publishing is switched off.
     pub nrts: Option<Store<fakegpu_api::nrt::NodeResourceTopology>>,
     pub metrics: metrics::Metrics,
+    /// Paces pool status writes (see [`pacer`]).
+    pub pool_status_pacer: pacer::Pacer,
+    /// Writes sent whose watch events have not arrived yet (see [`recent`]).
+    pub recent: Arc<recent::RecentWrites>,
 }
 
 impl std::fmt::Debug for Context {

@@ -86,8 +86,8 @@ async fn apply_labels(ctx: &Context, node: &str, labels: &BTreeMap<String, Strin
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let patch =
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}});
-    match apply::apply(&nodes, node, &patch).await {
-        Ok(_) => Ok(()),
+    match apply::apply_once(&ctx.recent, &nodes, node, &patch).await {
+        Ok(()) => Ok(()),
         // Server-side apply creates what is missing: for a node deleted meanwhile it asks to
         // create one (the bundle's RBAC refuses). A deleted node has nothing left to label.
         // (Asked with `list`, which the operator's role has, rather than `get`.)
@@ -126,8 +126,10 @@ async fn apply_status(ctx: &Context, node: &Node, intent: &status::StatusIntent)
     let name = node.name_any();
     info!(node = %name, resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "writing node status");
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    match apply::apply_status(&nodes, &name, &status::status_patch(&name, intent)).await {
-        Ok(_) => Ok(()),
+    let patch = status::status_patch(&name, intent);
+    let same = status::status_patch(&name, &intent.timeless());
+    match apply::apply_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
+        Ok(()) => Ok(()),
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
             debug!(node = %name, "node is gone; no status to write");
             Ok(())
@@ -209,9 +211,7 @@ async fn ensure_slice(
     }
     info!(node = %name, pool = %pool.name_any(), generation = desired.spec.pool.generation, "writing ResourceSlice");
     let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
-    apply::apply(&slices, &slice::slice_name(&name), &desired)
-        .await
-        .map(drop)
+    apply::apply_once(&ctx.recent, &slices, &slice::slice_name(&name), &desired).await
 }
 
 async fn remove_slice(ctx: &Context, node: &str, exists: bool) -> Result<()> {
@@ -220,7 +220,7 @@ async fn remove_slice(ctx: &Context, node: &str, exists: bool) -> Result<()> {
     }
     info!(node, "removing ResourceSlice");
     let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
-    apply::delete(&slices, &slice::slice_name(node)).await
+    apply::delete_once(&ctx.recent, &slices, &slice::slice_name(node)).await
 }
 
 fn cached_nrt(ctx: &Context, node: &str) -> Option<Arc<NodeResourceTopology>> {
@@ -247,9 +247,7 @@ async fn ensure_nrt(
     }
     info!(node = %name, pool = %pool.name_any(), "writing NodeResourceTopology");
     let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    apply::apply(&api, &name, &nrt::nrt_patch(&desired))
-        .await
-        .map(drop)
+    apply::apply_once(&ctx.recent, &api, &name, &nrt::nrt_patch(&desired)).await
 }
 
 async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Result<()> {
@@ -258,7 +256,7 @@ async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Result<()> {
     }
     info!(node, "removing NodeResourceTopology");
     let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    apply::delete(&api, node).await
+    apply::delete_once(&ctx.recent, &api, node).await
 }
 
 async fn ensure_topology(
@@ -282,9 +280,8 @@ async fn ensure_topology(
     }
     info!(node = %name, pool = %pool.name_any(), allocated, "writing topology ConfigMap");
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    apply::apply(&configmaps, &topology::configmap_name(&name), &desired)
-        .await
-        .map(drop)
+    let cm_name = topology::configmap_name(&name);
+    apply::apply_once(&ctx.recent, &configmaps, &cm_name, &desired).await
 }
 
 /// Takes away what the operator gave a node: its labels (an empty apply drops every label the
@@ -304,7 +301,7 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");
         let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-        apply::delete(&configmaps, &topology::configmap_name(&name)).await?;
+        apply::delete_once(&ctx.recent, &configmaps, &topology::configmap_name(&name)).await?;
     }
     Ok(())
 }

@@ -28,6 +28,17 @@ pub struct StatusIntent {
     pub fractioning: Option<NodeCondition>,
 }
 
+impl StatusIntent {
+    /// The intent without its timestamps: what two computations of the same intent share.
+    pub fn timeless(&self) -> Self {
+        let mut intent = self.clone();
+        if let Some(condition) = &mut intent.fractioning {
+            condition.last_transition_time = None;
+        }
+        intent
+    }
+}
+
 const STATUS: &str = "status";
 
 /// Extended resources of a KWOK node of `pool`: `nvidia.com/gpu` when the pool serves the device

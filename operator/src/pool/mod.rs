@@ -3,7 +3,10 @@
 
 pub mod status;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use fakegpu_api::{
     GpuNodePool,
@@ -65,6 +68,9 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let name = pool.name_any();
+    if let Some(wait) = ctx.pool_status_pacer.admit(&name, Instant::now()) {
+        return Ok(Action::requeue(wait));
+    }
     let before = status::conditions_by_type(pool.status.as_ref());
     for condition in &desired.conditions {
         let bad = status::is_problem(condition);
@@ -103,6 +109,7 @@ async fn publish_warning(ctx: &Context, pool: &GpuNodePool, reason: &str, messag
 async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let name = pool.name_any();
     info!(pool = %name, "pool deleted: releasing its nodes");
+    ctx.pool_status_pacer.forget(&name);
     for node in ctx.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
             node::release(ctx, &node).await?;

@@ -1,0 +1,202 @@
+//! Writes that the caches have not shown yet.
+//!
+//! A write's own watch event reaches the cache a moment after the write returns; under load,
+//! a second or more. A reconcile in between (a node has several objects, each of whose events
+//! triggers it) compares with the old cached object and would send the same write again: with
+//! thousands of nodes joining at once that doubled the writes per node. So each write is
+//! remembered with a fingerprint of what was written and the resourceVersion the API server gave
+//! it, until the watch delivers that version (or a later one). Until then the same write is not
+//! sent again; a different one is.
+//!
+//! ResourceVersions are compared as numbers, as the API server's own comparison does
+//! (KEP-5504). One that is not a number counts as caught up, so the write goes out.
+//! A remembered write the watch never confirms (the object went away in between and the watch
+//! restarted) is forgotten after [`PATIENCE`].
+
+use std::{
+    collections::HashMap,
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use kube::{Resource, ResourceExt};
+
+/// How long an unconfirmed write holds back the same write.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Which write: the object's kind and name, and the subresource written (status writes of a
+/// Node are confirmed by the same events as its label writes, but each has its own version).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Target {
+    kind: String,
+    name: String,
+    subresource: Option<&'static str>,
+}
+
+impl Target {
+    pub fn new<K: Resource<DynamicType = ()>>(
+        name: &str,
+        subresource: Option<&'static str>,
+    ) -> Self {
+        Self {
+            kind: K::kind(&()).into_owned(),
+            name: name.to_owned(),
+            subresource,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Written {
+    fingerprint: u64,
+    resource_version: u64,
+    at: Instant,
+}
+
+#[derive(Debug, Default)]
+pub struct RecentWrites {
+    pending: Mutex<HashMap<Target, Written>>,
+}
+
+/// A fingerprint of a write's body.
+pub fn fingerprint(body: &impl serde::Serialize) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    // Serialising a value the write itself serialises cannot fail; if it did, 0 only means
+    // the next write is not taken for a repeat.
+    serde_json::to_vec(body)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+fn version(resource_version: Option<&str>) -> Option<u64> {
+    resource_version?.parse().ok()
+}
+
+impl RecentWrites {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Target, Written>> {
+        // A poisoned lock only means a panic elsewhere mid-insert; the map is still valid.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether writing a body with `fingerprint` to `target` would repeat a write the cache
+    /// has not shown yet.
+    pub fn is_repeat(&self, target: &Target, fingerprint: u64, now: Instant) -> bool {
+        self.lock().get(target).is_some_and(|written| {
+            written.fingerprint == fingerprint && now.duration_since(written.at) < PATIENCE
+        })
+    }
+
+    /// Remembers a write that the API server answered with `resource_version`.
+    pub fn record(
+        &self,
+        target: Target,
+        fingerprint: u64,
+        resource_version: Option<&str>,
+        now: Instant,
+    ) {
+        let mut pending = self.lock();
+        match version(resource_version) {
+            Some(resource_version) => {
+                pending.insert(
+                    target,
+                    Written {
+                        fingerprint,
+                        resource_version,
+                        at: now,
+                    },
+                );
+            }
+            None => {
+                pending.remove(&target);
+            }
+        }
+    }
+
+    /// Forgets the write to `target` (the object is being deleted).
+    pub fn forget(&self, target: &Target) {
+        self.lock().remove(target);
+    }
+
+    /// The watch delivered `object` (applied or deleted): the writes to it up to its version
+    /// are confirmed.
+    pub fn seen<K: Resource<DynamicType = ()>>(&self, object: &K) {
+        let mut pending = self.lock();
+        if pending.is_empty() {
+            return;
+        }
+        let name = object.name_any();
+        let delivered = version(object.meta().resource_version.as_deref());
+        for subresource in [None, Some("status")] {
+            let target = Target::new::<K>(&name, subresource);
+            let confirmed = pending
+                .get(&target)
+                .is_some_and(|w| delivered.is_none_or(|v| v >= w.resource_version));
+            if confirmed {
+                pending.remove(&target);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(name: &str, resource_version: &str) -> Node {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "resourceVersion": resource_version}}),
+        )
+        .expect("test node")
+    }
+
+    #[test]
+    fn a_write_is_a_repeat_until_the_watch_delivers_its_version() {
+        let recent = RecentWrites::default();
+        let now = Instant::now();
+        let labels = Target::new::<Node>("n", None);
+        let status = Target::new::<Node>("n", Some("status"));
+        let body = fingerprint(&json!({"labels": {"a": "b"}}));
+        recent.record(labels.clone(), body, Some("100"), now);
+        recent.record(status.clone(), 7, Some("105"), now);
+        assert!(recent.is_repeat(&labels, body, now));
+        // A different body is a different write.
+        assert!(!recent.is_repeat(&labels, fingerprint(&json!({})), now));
+        // An older event confirms nothing.
+        recent.seen(&node("n", "99"));
+        assert!(recent.is_repeat(&labels, body, now));
+        // The labels' version confirms the label write, not the later status write.
+        recent.seen(&node("n", "100"));
+        assert!(!recent.is_repeat(&labels, body, now));
+        assert!(recent.is_repeat(&status, 7, now));
+        recent.seen(&node("n", "106"));
+        assert!(!recent.is_repeat(&status, 7, now));
+    }
+
+    #[test]
+    fn kinds_do_not_mix_and_patience_runs_out() {
+        let recent = RecentWrites::default();
+        let now = Instant::now();
+        let configmap = Target::new::<ConfigMap>("n", None);
+        recent.record(configmap.clone(), 1, Some("10"), now);
+        recent.seen(&node("n", "20"));
+        assert!(recent.is_repeat(&configmap, 1, now));
+        assert!(!recent.is_repeat(&configmap, 1, now + PATIENCE));
+    }
+
+    #[test]
+    fn unparsable_versions_never_hold_a_write_back() {
+        let recent = RecentWrites::default();
+        let now = Instant::now();
+        let target = Target::new::<Node>("n", None);
+        recent.record(target.clone(), 1, Some("opaque"), now);
+        assert!(!recent.is_repeat(&target, 1, now));
+        recent.record(target.clone(), 1, Some("5"), now);
+        recent.seen(&node("n", "opaque"));
+        assert!(!recent.is_repeat(&target, 1, now));
+    }
+}
