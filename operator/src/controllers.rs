@@ -36,7 +36,7 @@ use kube::{
 use tracing::{info, warn};
 
 use crate::{
-    Context,
+    Context, apply,
     metrics::Metrics,
     node,
     pacer::Pacer,
@@ -88,15 +88,22 @@ pub async fn run(
             pools_for_node_controller,
         ],
     ) = fan_out(pool_events);
-    let node_events = cached(Api::all(client.clone()), all.clone(), node_writer, |_| {})
-        .inspect(confirm(&recent));
+    // Nodes keep fakegpu's managed-fields entries (they tell which status entries are
+    // fakegpu's); every other cached kind drops them: they are most of an object's size.
+    let node_events = cached(
+        Api::all(client.clone()),
+        all.clone(),
+        node_writer,
+        apply::keep_own_managed_fields,
+    )
+    .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
     let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
         Api::namespaced(client.clone(), &namespace),
         topology_configmaps,
         configmap_writer,
-        |_| {},
+        apply::drop_managed_fields,
     )
     .inspect(confirm(&recent));
     // Driven here, not by the node controller: the controllers start only once this cache is full.
@@ -112,8 +119,13 @@ pub async fn run(
     let own_slices = all
         .clone()
         .labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
-    let slice_events = cached(Api::all(client.clone()), own_slices, slice_writer, |_| {})
-        .inspect(confirm(&recent));
+    let slice_events = cached(
+        Api::all(client.clone()),
+        own_slices,
+        slice_writer,
+        apply::drop_managed_fields,
+    )
+    .inspect(confirm(&recent));
     let (slice_events, [slices_for_nodes]) = fan_out(slice_events);
     // Pods also feed the node -> pods index, from the same events as their store.
     let index = pods_by_node.clone();
@@ -126,15 +138,23 @@ pub async fn run(
             .touched_objects(),
     );
     let (pod_events, [pods_for_nodes]) = fan_out(pod_events);
-    let claim_events = cached(Api::all(client.clone()), all, claim_writer, |claim| {
-        claim.metadata.managed_fields = None;
-    });
+    let claim_events = cached(
+        Api::all(client.clone()),
+        all,
+        claim_writer,
+        apply::drop_managed_fields,
+    );
     let (claim_events, [claims_for_nodes]) = fan_out(claim_events);
     let (nrts, nrt_events, nrts_for_nodes) = if node_resource_topology {
         let (store, writer) = reflector::store::<NodeResourceTopology>();
         let own = watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
-        let events =
-            cached(Api::all(client.clone()), own, writer, |_| {}).inspect(confirm(&recent));
+        let events = cached(
+            Api::all(client.clone()),
+            own,
+            writer,
+            apply::drop_managed_fields,
+        )
+        .inspect(confirm(&recent));
         let (drive, [for_nodes]) = fan_out(events);
         (Some(store), drive.boxed(), for_nodes.boxed())
     } else {
@@ -158,26 +178,26 @@ pub async fn run(
         recent,
     });
     let node_store = nodes.clone();
-    let node_controller = Controller::for_stream(for_node_controller.map(Ok), nodes.clone())
-        .watches_stream(pools_for_node_controller.map(Ok), move |pool| {
+    let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())
+        .watches_shared_stream(pools_for_node_controller, move |pool| {
             node::nodes_of_pool(&node_store.state(), &pool)
         })
-        .watches_stream(configmaps_for_nodes.map(Ok), |cm| {
+        .watches_shared_stream(configmaps_for_nodes, |cm| {
             cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
         })
-        .watches_stream(slices_for_nodes.map(Ok), |slice| {
+        .watches_shared_stream(slices_for_nodes, |slice| {
             slice.spec.node_name.as_deref().map(ObjectRef::new)
         })
-        .watches_stream(pods_for_nodes.map(Ok), |pod| {
+        .watches_shared_stream(pods_for_nodes, |pod| {
             pod.spec
                 .as_ref()
                 .and_then(|s| s.node_name.as_deref())
                 .map(ObjectRef::new)
         })
-        .watches_stream(nrts_for_nodes.map(Ok), |nrt| {
+        .watches_shared_stream(nrts_for_nodes, |nrt| {
             Some(ObjectRef::<Node>::new(&nrt.name_any()))
         })
-        .watches_stream(claims_for_nodes.map(Ok), |claim| {
+        .watches_shared_stream(claims_for_nodes, |claim| {
             tracking::nodes_of_claim(&claim)
                 .into_iter()
                 .map(|node| ObjectRef::new(&node))
@@ -190,21 +210,18 @@ pub async fn run(
         )
         .for_each(|result| log_outcome("node", result));
     let pool_store = pools.clone();
-    let pool_controller = Controller::for_stream(pools_for_pool_controller.map(Ok), pools.clone())
+    let pool_controller = Controller::for_shared_stream(pools_for_pool_controller, pools.clone())
         // One pool's change can start or end another's conflict without any node changing
         // (the older pool keeps its node). Statuses are pure to compute and written only when
         // they differ, so every pool is looked at again.
-        .watches_stream(pools_for_other_pools.map(Ok), to_every_pool(pools.clone()))
+        .watches_shared_stream(pools_for_other_pools, to_every_pool(pools.clone()))
         // A DeviceClass written, deleted or taken over by someone else concerns DRA pools.
-        .watches_stream(
-            device_classes_for_pools.map(Ok),
-            to_every_pool(pools.clone()),
-        )
-        .watches_stream(for_pool_controller.map(Ok), move |node| {
+        .watches_shared_stream(device_classes_for_pools, to_every_pool(pools.clone()))
+        .watches_shared_stream(for_pool_controller, move |node| {
             pool::pools_of_node(&pool_store.state(), &node)
         })
         // A node's allocated GPUs count in its pool's status.
-        .watches_stream(configmaps_for_pools.map(Ok), |cm| {
+        .watches_shared_stream(configmaps_for_pools, |cm| {
             cm.labels().get(POOL_LABEL).map(|p| ObjectRef::new(p))
         })
         .shutdown_on_signal()
@@ -338,11 +355,13 @@ fn log_errors<K>(stream: impl Stream<Item = Result<K, watcher::Error>>) -> impl 
     })
 }
 
-/// Copies every item of `source` into `N` streams. The returned future drives `source` and
-/// ends with it; the controllers drain their streams promptly (they deduplicate queued work).
-fn fan_out<T: Clone, const N: usize>(
+/// Passes every item of `source` on to `N` streams, shared: until the controllers start (after
+/// every cache is full) the streams hold every object of the initial lists, once. The returned
+/// future drives `source` and ends with it; the controllers drain their streams promptly (they
+/// deduplicate queued work).
+fn fan_out<T, const N: usize>(
     source: impl Stream<Item = T>,
-) -> (impl Future<Output = ()>, [impl Stream<Item = T>; N]) {
+) -> (impl Future<Output = ()>, [impl Stream<Item = Arc<T>>; N]) {
     let mut senders = Vec::with_capacity(N);
     let receivers = std::array::from_fn(|_| {
         let (sender, receiver) = mpsc::unbounded();
@@ -350,6 +369,7 @@ fn fan_out<T: Clone, const N: usize>(
         receiver
     });
     let drive = source.for_each(move |item| {
+        let item = Arc::new(item);
         for sender in &senders {
             // A closed receiver means its controller stopped; shutdown is under way.
             let _ = sender.unbounded_send(item.clone());
