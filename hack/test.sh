@@ -35,3 +35,7 @@ hack/operator.sh start
 step "e2e tests (KUBECONFIG=$KUBECONFIG)"
 # --nocapture: the idempotence test prints the measured writes per node.
 cargo test --locked -p fakegpu-e2e -- --nocapture
+
+step "node agent driven by the kubelet's own device manager code (hack/kubelet-harness)"
+cargo build --locked -p fakegpu-node-agent
+FAKEGPU_NODE_AGENT=$repo/target/debug/fakegpu-node-agent go -C hack/kubelet-harness test ./... -count=1 -v

@@ -137,6 +137,10 @@ pub mod annotation {
     /// Topology ConfigMap annotation: how many of the node's GPUs pods hold. Written by pod
     /// tracking, read by the pool status (so it need not parse every node's document).
     pub const ALLOCATED_GPUS: &str = "fakegpu.dev/allocated-gpus";
+    /// Node annotation set by users to simulate failed GPUs: comma-separated indices
+    /// (`"0,3"`). The operator marks them `Unhealthy` in the topology document; the node
+    /// agent's device plugin reports them so to the kubelet.
+    pub const UNHEALTHY_GPUS: &str = "fakegpu.dev/unhealthy-gpus";
 }
 
 /// Extended resources and DRA names.

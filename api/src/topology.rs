@@ -71,8 +71,48 @@ pub struct GpuTopology {
     /// PCIe root complex, `pci0000:00`: GPUs of one NUMA zone share it.
     #[serde(default)]
     pub pcie_root: String,
+    /// What the device plugin reports to the kubelet; unhealthy GPUs leave the node's
+    /// allocatable count. Omitted when healthy, as documents before it were.
+    #[serde(default, skip_serializing_if = "Health::is_healthy")]
+    pub health: Health,
     #[serde(default)]
     pub status: GpuStatus,
+}
+
+/// A GPU's health, as the device plugin API spells it (`Healthy` / `Unhealthy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Health {
+    #[default]
+    Healthy,
+    Unhealthy,
+}
+
+impl Health {
+    pub fn is_healthy(&self) -> bool {
+        *self == Self::Healthy
+    }
+
+    /// The device plugin API's string.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Healthy => "Healthy",
+            Self::Unhealthy => "Unhealthy",
+        }
+    }
+}
+
+/// GPU indices listed in the value of [`crate::names::annotation::UNHEALTHY_GPUS`]
+/// (`"0,3"`); entries that are not indices are returned apart, for the caller to report.
+pub fn parse_gpu_indices(value: &str) -> (Vec<u32>, Vec<String>) {
+    let mut indices = Vec::new();
+    let mut bad = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.parse() {
+            Ok(index) => indices.push(index),
+            Err(_) => bad.push(entry.to_owned()),
+        }
+    }
+    (indices, bad)
 }
 
 /// Who uses a GPU. Written by the operator's pod tracking.

@@ -15,7 +15,7 @@ use fakegpu_api::{
     names::{annotation, fakegpu::POOL_LABEL, topology::DATA_KEY},
     nrt::NodeResourceTopology,
     pool::resolve::{ResolvedGpu, resolve},
-    topology::NodeTopology,
+    topology::{NodeTopology, parse_gpu_indices},
 };
 use k8s_openapi::{
     api::{
@@ -171,7 +171,15 @@ fn desired_topology(
     let previous = cached_configmap(ctx, &name)
         .and_then(|cm| cm.data.as_ref()?.get(DATA_KEY).cloned())
         .and_then(|text| NodeTopology::from_yaml(&text).ok());
-    let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref());
+    let (unhealthy, bad) = node
+        .annotations()
+        .get(annotation::UNHEALTHY_GPUS)
+        .map(|value| parse_gpu_indices(value))
+        .unwrap_or_default();
+    if !bad.is_empty() {
+        warn!(node = %name, annotation = annotation::UNHEALTHY_GPUS, ?bad, "ignoring entries that are not GPU indices");
+    }
+    let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref(), &unhealthy);
     let default = pool
         .spec
         .utilization

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     names::{annotation, fakegpu::POOL_LABEL, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
-    topology::{FORMAT_VERSION, GpuTopology, NodeTopology, OtherDevice, gpu_uuid, pci_address},
+    topology::{
+        FORMAT_VERSION, GpuTopology, Health, NodeTopology, OtherDevice, gpu_uuid, pci_address,
+    },
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::{Resource, ResourceExt, api::ObjectMeta};
@@ -44,6 +46,7 @@ pub fn desired_topology(
     gpu: &ResolvedGpu,
     node: &str,
     previous: Option<&NodeTopology>,
+    unhealthy: &[u32],
 ) -> NodeTopology {
     let zones = pool
         .spec
@@ -68,6 +71,11 @@ pub fn desired_topology(
                 index,
                 pci_bus_id,
                 pcie_root,
+                health: if unhealthy.contains(&index) {
+                    Health::Unhealthy
+                } else {
+                    Health::Healthy
+                },
                 status,
             }
         })
@@ -185,7 +193,7 @@ mod tests {
         let pool = pool(json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2},
             "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let document = desired_topology(&pool, &gpu, "node-1", None);
+        let document = desired_topology(&pool, &gpu, "node-1", None, &[]);
         assert_eq!(document.gpus.len(), 8);
         assert_eq!(document.gpus[5].id, gpu_uuid("node-1", 5));
         assert_eq!(document.gpus[5].numa_node, Some(1));
@@ -211,16 +219,24 @@ mod tests {
         );
         assert_eq!(document.other_devices[0].name, "nvidia.com/hostdev");
         assert_eq!(document.mig_strategy, "none");
-        assert_eq!(document, desired_topology(&pool, &gpu, "node-1", None));
+        assert_eq!(document, desired_topology(&pool, &gpu, "node-1", None, &[]));
+        let failed = desired_topology(&pool, &gpu, "node-1", None, &[1]);
+        let health: Vec<_> = failed.gpus.iter().map(|g| g.health).collect();
+        assert_eq!(health[1], Health::Unhealthy);
+        assert_eq!(
+            health.iter().filter(|h| h.is_healthy()).count(),
+            health.len() - 1
+        );
+        assert!(!failed.to_yaml().expect("yaml").contains("health: Healthy"));
     }
 
     #[test]
     fn usage_recorded_by_pod_tracking_survives_a_rebuild() {
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut previous = desired_topology(&pool, &gpu, "n", None);
+        let mut previous = desired_topology(&pool, &gpu, "n", None, &[]);
         previous.gpus[1].status.allocated_by.pod = "train-0".into();
-        let rebuilt = desired_topology(&pool, &gpu, "n", Some(&previous));
+        let rebuilt = desired_topology(&pool, &gpu, "n", Some(&previous), &[]);
         assert_eq!(rebuilt.gpus[1].status.allocated_by.pod, "train-0");
         assert_eq!(rebuilt.gpus[0].status, Default::default());
     }

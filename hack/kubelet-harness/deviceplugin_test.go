@@ -1,0 +1,172 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+const gpuResource = "nvidia.com/gpu"
+
+// TestDevicePlugin walks the agent's device plugin through a kubelet's life: registration,
+// devices, preferred allocation, Allocate, a health change, a malformed request and
+// document, a kubelet restart, and the agent's shutdown.
+func TestDevicePlugin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cluster := newCluster(t, ctx)
+	node := "harness-dp"
+	gpus := []gpu{{index: 0, zone: 0}, {index: 1, zone: 0}, {index: 2, zone: 1}, {index: 3, zone: 1}}
+	cluster.writeTopology(t, ctx, node, gpus)
+
+	dir := t.TempDir()
+	kubelet := startKubelet(t, dir)
+	agent := startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir})
+
+	p := kubelet.waitConnected(t, gpuResource)
+	devices := kubelet.waitDevices(t, func(d []*api.Device) bool { return len(d) == 4 })
+	for _, d := range sortedByID(devices) {
+		if d.Health != api.Healthy {
+			t.Errorf("device %s: health %q, want Healthy", d.ID, d.Health)
+		}
+	}
+	byID := map[string]*api.Device{}
+	for _, d := range devices {
+		byID[d.ID] = d
+	}
+	for _, g := range gpus {
+		d, ok := byID[gpuUUID(node, g.index)]
+		if !ok {
+			t.Fatalf("GPU %d (%s) not among the devices %v", g.index, gpuUUID(node, g.index), devices)
+		}
+		if got := d.Topology.GetNodes(); len(got) != 1 || got[0].ID != int64(g.zone) {
+			t.Errorf("GPU %d: NUMA nodes %v, want [%d]", g.index, got, g.zone)
+		}
+	}
+
+	options, err := p.API().GetDevicePluginOptions(ctx, &api.Empty{})
+	if err != nil || !options.GetPreferredAllocationAvailable || options.PreStartRequired {
+		t.Fatalf("GetDevicePluginOptions = %v, %v", options, err)
+	}
+
+	// Zone 0 has one free GPU, zone 1 two: a request for two stays in zone 1.
+	preferred, err := p.API().GetPreferredAllocation(ctx, &api.PreferredAllocationRequest{
+		ContainerRequests: []*api.ContainerPreferredAllocationRequest{{
+			AvailableDeviceIDs: []string{gpuUUID(node, 0), gpuUUID(node, 2), gpuUUID(node, 3)},
+			AllocationSize:     2,
+		}},
+	})
+	if err != nil {
+		t.Fatalf("GetPreferredAllocation: %v", err)
+	}
+	want := []string{gpuUUID(node, 2), gpuUUID(node, 3)}
+	if got := preferred.ContainerResponses[0].DeviceIDs; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("preferred %v, want %v", got, want)
+	}
+
+	allocated, err := p.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+		{DevicesIds: []string{gpuUUID(node, 1), gpuUUID(node, 3)}},
+	}})
+	if err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	envs := allocated.ContainerResponses[0].Envs
+	if got, want := envs["NVIDIA_VISIBLE_DEVICES"], gpuUUID(node, 1)+","+gpuUUID(node, 3); got != want {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want %q", got, want)
+	}
+	if envs["NODE_NAME"] != node {
+		t.Errorf("NODE_NAME = %q, want %q", envs["NODE_NAME"], node)
+	}
+
+	_, err = p.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+		{DevicesIds: []string{"GPU-not-on-this-node"}},
+	}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Allocate of an unknown device: %v, want InvalidArgument", err)
+	}
+
+	// A GPU turning unhealthy reaches the kubelet on the open ListAndWatch stream.
+	gpus[1].unhealthy = true
+	cluster.writeTopology(t, ctx, node, gpus)
+	kubelet.waitDevices(t, func(d []*api.Device) bool {
+		for _, x := range d {
+			if x.ID == gpuUUID(node, 1) {
+				return x.Health == api.Unhealthy
+			}
+		}
+		return false
+	})
+
+	// A document edited into garbage is ignored: the agent keeps serving the last good one.
+	cluster.writeRawTopology(t, ctx, node, "gpus: [unclosed")
+	time.Sleep(time.Second)
+	if _, err := p.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+		{DevicesIds: []string{gpuUUID(node, 0)}},
+	}}); err != nil {
+		t.Fatalf("Allocate after a malformed document: %v", err)
+	}
+
+	// The kubelet restarts: it empties the directory and serves a new registration socket.
+	kubelet.restart(t)
+	kubelet.waitConnected(t, gpuResource)
+	kubelet.waitDevices(t, func(d []*api.Device) bool { return len(d) == 4 })
+
+	agent.signal(t, syscall.SIGTERM)
+	if code := agent.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("agent exited with %d after SIGTERM", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nvidia-gpu.sock")); !os.IsNotExist(err) {
+		t.Errorf("plugin socket still there after shutdown: %v", err)
+	}
+}
+
+// TestAllocateLatency reports Allocate and GetPreferredAllocation latency over the socket,
+// through the kubelet's client. It reports; it asserts nothing about time.
+func TestAllocateLatency(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cluster := newCluster(t, ctx)
+	node := "harness-latency"
+	var gpus []gpu
+	for i := 0; i < 8; i++ {
+		gpus = append(gpus, gpu{index: i, zone: i / 4})
+	}
+	cluster.writeTopology(t, ctx, node, gpus)
+	dir := t.TempDir()
+	kubelet := startKubelet(t, dir)
+	startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir})
+	p := kubelet.waitConnected(t, gpuResource)
+	kubelet.waitDevices(t, func(d []*api.Device) bool { return len(d) == 8 })
+
+	all := make([]string, 0, 8)
+	for _, g := range gpus {
+		all = append(all, gpuUUID(node, g.index))
+	}
+	report(t, "Allocate (2 GPUs)", 2000, func() error {
+		_, err := p.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+			{DevicesIds: all[:2]},
+		}})
+		return err
+	})
+	report(t, "GetPreferredAllocation (2 of 8)", 2000, func() error {
+		_, err := p.API().GetPreferredAllocation(ctx, &api.PreferredAllocationRequest{
+			ContainerRequests: []*api.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: all, AllocationSize: 2}},
+		})
+		return err
+	})
+}
+
+func sortedByID(devices []*api.Device) []*api.Device {
+	out := append([]*api.Device(nil), devices...)
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

@@ -1,0 +1,271 @@
+//! The `v1beta1.DevicePlugin` service for `nvidia.com/gpu`: the node's GPUs by their topology
+//! UUIDs (the same IDs as labels, ResourceSlices, metrics and nvidia-smi), health and NUMA zone
+//! from the topology document, and what a container gets when it is given GPUs.
+
+use std::{path::PathBuf, pin::Pin};
+
+use fakegpu_api::topology::NodeTopology;
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+use tracing::{debug, info};
+
+use super::preferred::{Candidate, preferred};
+use crate::{
+    proto::deviceplugin::{
+        AllocateRequest, AllocateResponse, ContainerAllocateResponse,
+        ContainerPreferredAllocationResponse, Device, DevicePluginOptions, Empty,
+        ListAndWatchResponse, Mount, NumaNode, PreStartContainerRequest, PreStartContainerResponse,
+        PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
+        device_plugin_server::DevicePlugin,
+    },
+    topology_source::Topology,
+};
+
+/// Environment a container given GPUs sees. NVIDIA's device plugin sets the first; the
+/// reference's sets the second; fakegpu's nvidia-smi reads `NODE_NAME`.
+pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
+pub const MOCK_VISIBLE_DEVICES_ENV: &str = "MOCK_NVIDIA_VISIBLE_DEVICES";
+pub const NODE_NAME_ENV: &str = "NODE_NAME";
+/// Where the fake nvidia-smi appears in a container, as with the reference.
+pub const NVIDIA_SMI_CONTAINER_PATH: &str = "/bin/nvidia-smi";
+
+#[derive(Debug)]
+pub struct GpuDevicePlugin {
+    pub node: String,
+    pub topology: Topology,
+    /// The fake nvidia-smi on the host, mounted into containers when it is there.
+    pub nvidia_smi: PathBuf,
+}
+
+/// The devices ListAndWatch reports for a document.
+pub fn devices(topology: Option<&NodeTopology>) -> Vec<Device> {
+    topology
+        .map(|t| t.gpus.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|gpu| Device {
+            id: gpu.id.clone(),
+            health: gpu.health.as_str().to_owned(),
+            topology: gpu.numa_node.map(|zone| TopologyInfo {
+                nodes: vec![NumaNode {
+                    id: i64::from(zone),
+                }],
+            }),
+        })
+        .collect()
+}
+
+/// The container response for `ids`, or why they cannot be given.
+pub fn container_response(
+    topology: Option<&NodeTopology>,
+    node: &str,
+    ids: &[String],
+    nvidia_smi: Option<&str>,
+) -> Result<ContainerAllocateResponse, Status> {
+    if ids.is_empty() {
+        return Err(Status::invalid_argument(
+            "no device IDs in the container request",
+        ));
+    }
+    let known = |id: &String| topology.is_some_and(|t| t.gpus.iter().any(|g| &g.id == id));
+    if let Some(unknown) = ids.iter().find(|id| !known(id)) {
+        return Err(Status::invalid_argument(format!(
+            "device {unknown:?} is not a GPU of node {node}"
+        )));
+    }
+    let visible = ids.join(",");
+    let envs = [
+        (VISIBLE_DEVICES_ENV, visible.clone()),
+        (MOCK_VISIBLE_DEVICES_ENV, visible),
+        (NODE_NAME_ENV, node.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let mounts = nvidia_smi
+        .map(|host_path| Mount {
+            container_path: NVIDIA_SMI_CONTAINER_PATH.to_owned(),
+            host_path: host_path.to_owned(),
+            read_only: true,
+        })
+        .into_iter()
+        .collect();
+    Ok(ContainerAllocateResponse {
+        envs,
+        mounts,
+        ..Default::default()
+    })
+}
+
+impl GpuDevicePlugin {
+    fn nvidia_smi(&self) -> Option<&str> {
+        // Bind-mounting a missing file would fail the container; until the agent's image has
+        // put nvidia-smi there, containers go without it.
+        self.nvidia_smi
+            .is_file()
+            .then(|| self.nvidia_smi.to_str())
+            .flatten()
+    }
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for GpuDevicePlugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
+        Ok(Response::new(DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }))
+    }
+
+    type ListAndWatchStream = DeviceStream;
+
+    /// The devices now, then again each time they change (a GPU's health, the pool's GPU count).
+    async fn list_and_watch(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let node = self.node.clone();
+        let stream = tokio_stream::wrappers::WatchStream::new(self.topology.clone())
+            .map(|topology| devices(topology.as_deref()))
+            .scan(None, |last: &mut Option<Vec<Device>>, devices| {
+                let changed = last.as_ref() != Some(&devices);
+                *last = Some(devices.clone());
+                futures::future::ready(Some(changed.then_some(devices)))
+            })
+            .filter_map(futures::future::ready)
+            .map(move |devices| {
+                info!(node = %node, devices = devices.len(), unhealthy = devices.iter().filter(|d| d.health != "Healthy").count(), "ListAndWatch: sending devices");
+                Ok(ListAndWatchResponse { devices })
+            });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        let topology = self.topology.borrow().clone();
+        let gpus = topology
+            .as_ref()
+            .map(|t| t.gpus.as_slice())
+            .unwrap_or_default();
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|container| {
+                let available: Vec<Candidate<'_>> = container
+                    .available_device_i_ds
+                    .iter()
+                    .filter_map(|id| gpus.iter().find(|g| &g.id == id))
+                    .map(|gpu| Candidate {
+                        id: &gpu.id,
+                        index: gpu.index,
+                        zone: gpu.numa_node,
+                    })
+                    .collect();
+                let must: Vec<&str> = container
+                    .must_include_device_i_ds
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
+                let size = usize::try_from(container.allocation_size).unwrap_or(0);
+                ContainerPreferredAllocationResponse {
+                    device_i_ds: preferred(&available, &must, size)
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok(Response::new(PreferredAllocationResponse {
+            container_responses,
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateResponse>, Status> {
+        let topology = self.topology.borrow().clone();
+        let nvidia_smi = self.nvidia_smi();
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|container| {
+                debug!(node = %self.node, devices = ?container.devices_ids, "Allocate");
+                container_response(
+                    topology.as_deref(),
+                    &self.node,
+                    &container.devices_ids,
+                    nvidia_smi,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Response::new(AllocateResponse {
+            container_responses,
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_api::topology::{GpuTopology, Health};
+
+    use super::*;
+
+    fn topology() -> NodeTopology {
+        NodeTopology {
+            gpus: (0..2)
+                .map(|index| GpuTopology {
+                    id: format!("GPU-{index}"),
+                    index,
+                    numa_node: Some(index),
+                    health: if index == 1 {
+                        Health::Unhealthy
+                    } else {
+                        Health::Healthy
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn devices_carry_health_and_zone() {
+        let devices = devices(Some(&topology()));
+        assert_eq!(devices[1].id, "GPU-1");
+        assert_eq!(devices[1].health, "Unhealthy");
+        assert_eq!(devices[1].topology.as_ref().expect("zone").nodes[0].id, 1);
+        assert!(super::devices(None).is_empty());
+    }
+
+    #[test]
+    fn allocate_refuses_unknown_devices_and_sets_the_environment() {
+        let t = topology();
+        let error =
+            container_response(Some(&t), "n", &["GPU-9".into()], None).expect_err("unknown device");
+        assert_eq!(error.code(), tonic::Code::InvalidArgument);
+        let ok = container_response(Some(&t), "n", &["GPU-0".into(), "GPU-1".into()], Some("/x"))
+            .expect("known devices");
+        assert_eq!(ok.envs[VISIBLE_DEVICES_ENV], "GPU-0,GPU-1");
+        assert_eq!(ok.envs[NODE_NAME_ENV], "n");
+        assert_eq!(ok.mounts[0].container_path, NVIDIA_SMI_CONTAINER_PATH);
+        assert!(ok.mounts[0].read_only);
+    }
+}

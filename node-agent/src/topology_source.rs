@@ -1,0 +1,107 @@
+//! The node's topology document, followed by a watch on its ConfigMap (`topology-<node>` in
+//! the operator's namespace). Everything the agent serves reads the latest good document from
+//! the channel this fills; a malformed document is logged and the last good one kept.
+
+use std::sync::Arc;
+
+use fakegpu_api::{
+    names::topology::{CONFIGMAP_PREFIX, DATA_KEY},
+    topology::NodeTopology,
+};
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// The latest good document; `None` before the first one and after the ConfigMap is deleted
+/// (the node left its pool).
+pub type Topology = watch::Receiver<Option<Arc<NodeTopology>>>;
+
+/// Reads one version of the ConfigMap; the error says why it is malformed.
+pub fn read(configmap: &ConfigMap) -> Result<NodeTopology, String> {
+    let text = configmap
+        .data
+        .as_ref()
+        .and_then(|d| d.get(DATA_KEY))
+        .ok_or_else(|| format!("no {DATA_KEY} key"))?;
+    NodeTopology::from_yaml(text).map_err(|error| error.to_string())
+}
+
+/// Follows the ConfigMap of `node` into `sender` until the watch ends (it retries on errors
+/// with backoff, so that is at shutdown).
+pub async fn follow(
+    client: Client,
+    namespace: &str,
+    node: &str,
+    sender: watch::Sender<Option<Arc<NodeTopology>>>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    let name = format!("{CONFIGMAP_PREFIX}{node}");
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(api, config).default_backoff();
+    futures::pin_mut!(events);
+    loop {
+        match events.try_next().await {
+            Ok(Some(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => {
+                apply(&sender, node, &cm)
+            }
+            Ok(Some(watcher::Event::Delete(_))) => {
+                info!(node, "topology ConfigMap deleted: no GPUs to serve");
+                sender.send_replace(None);
+            }
+            Ok(Some(watcher::Event::Init | watcher::Event::InitDone)) => {}
+            Ok(None) => return,
+            Err(error) => warn!(node, %error, "watching the topology ConfigMap"),
+        }
+    }
+}
+
+fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &ConfigMap) {
+    match read(cm) {
+        Ok(topology) => {
+            sender.send_if_modified(|current| {
+                if current.as_deref() == Some(&topology) {
+                    return false;
+                }
+                info!(node, gpus = topology.gpus.len(), pool = %topology.pool, "topology updated");
+                *current = Some(Arc::new(topology));
+                true
+            });
+        }
+        Err(reason) => {
+            warn!(node, %reason, "ignoring malformed topology ConfigMap; keeping the last good one")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configmap(text: &str) -> ConfigMap {
+        ConfigMap {
+            data: Some([(DATA_KEY.to_owned(), text.to_owned())].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn malformed_documents_are_kept_out() {
+        assert!(read(&configmap("gpus: [")).is_err());
+        assert!(read(&ConfigMap::default()).is_err());
+        let (sender, receiver) = watch::channel(None);
+        let good = NodeTopology {
+            version: fakegpu_api::topology::FORMAT_VERSION,
+            pool: "p".into(),
+            ..Default::default()
+        };
+        apply(&sender, "n", &configmap(&good.to_yaml().expect("yaml")));
+        assert_eq!(receiver.borrow().as_deref(), Some(&good));
+        apply(&sender, "n", &configmap("not: [valid"));
+        assert_eq!(receiver.borrow().as_deref(), Some(&good));
+    }
+}
