@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::{Context, ensure};
 use fakegpu_api::{
     GpuNodePool,
-    names::{label, topology as topology_names},
+    names::{annotation, label, resource, topology as topology_names},
     nrt::NodeResourceTopology,
     topology::gpu_uuid,
 };
@@ -543,6 +543,77 @@ async fn dra_pools_get_nvidia_device_classes_and_respect_foreign_ones() -> anyho
             Ok(gone.then_some(()))
         })
         .await
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// `fakegpu.dev/unhealthy-gpus` on a node marks those GPUs unhealthy in its topology document
+/// (what the node agent's device plugin reports to the kubelet); removing it heals them, and a
+/// malformed entry is ignored without losing the valid ones.
+#[tokio::test]
+async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Result<()> {
+    let (client, pool, node, cleanup) = pool_with_one_node("health").await?;
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "l4", "count": 4}}),
+        )
+        .await?;
+        ready_pool(&client, &pool, 1).await?;
+        let health_of = |document: &fakegpu_api::topology::NodeTopology| {
+            document
+                .gpus
+                .iter()
+                .map(|g| g.health.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let annotate = |value: serde_json::Value| {
+            let nodes = nodes(&client);
+            let node = node.clone();
+            async move {
+                nodes
+                    .patch(
+                        &node,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"annotations": {
+                            annotation::UNHEALTHY_GPUS: value}}})),
+                    )
+                    .await
+            }
+        };
+        let health_becomes = |want: &'static str| {
+            let client = client.clone();
+            let node = node.clone();
+            async move {
+                eventually(&format!("GPU health {want}"), CONVERGE, || async {
+                    Ok(topology_of(&client, &node)
+                        .await?
+                        .filter(|(_, d)| health_of(d) == want)
+                        .map(drop))
+                })
+                .await
+            }
+        };
+        health_becomes("Healthy,Healthy,Healthy,Healthy").await?;
+        annotate(json!("1, 3,nine")).await?;
+        health_becomes("Healthy,Unhealthy,Healthy,Unhealthy").await?;
+        // On a KWOK node the operator plays the kubelet's part: failed GPUs leave allocatable.
+        eventually("allocatable without the failed GPUs", CONVERGE, || async {
+            let status = nodes(&client).get(&node).await?.status.unwrap_or_default();
+            let gpus =
+                |list: Option<
+                    BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+                >| { list.and_then(|l| l.get(resource::GPU).map(|q| q.0.clone())) };
+            Ok((gpus(status.capacity).as_deref() == Some("4")
+                && gpus(status.allocatable).as_deref() == Some("2"))
+            .then_some(()))
+        })
+        .await?;
+        annotate(serde_json::Value::Null).await?;
+        health_becomes("Healthy,Healthy,Healthy,Healthy").await
     }
     .await;
     cleanup.after(result).await

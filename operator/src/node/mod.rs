@@ -111,10 +111,18 @@ async fn ensure_status(
     gpu: &ResolvedGpu,
 ) -> Result<()> {
     let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
+    let unhealthy_gpus = unhealthy_gpus(node)
+        .iter()
+        .filter(|&&index| index < gpu.count)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let unhealthy_gpus = u32::try_from(unhealthy_gpus).unwrap_or(u32::MAX);
     let now = Time(Timestamp::now());
+    let allocatable = status::allocatable(&resources, unhealthy_gpus);
     let intent = status::StatusIntent {
-        fractioning: status::desired_fractioning(node, pool, &resources, &now),
+        fractioning: status::desired_fractioning(node, pool, &allocatable, &now),
         resources,
+        unhealthy_gpus,
     };
     apply_status(ctx, node, &intent).await
 }
@@ -159,6 +167,18 @@ fn cached_slice(ctx: &Context, node: &str) -> Option<Arc<ResourceSlice>> {
     ctx.slices.get(&ObjectRef::new(&slice::slice_name(node)))
 }
 
+/// GPU indices the user marked failed (annotation [`annotation::UNHEALTHY_GPUS`]).
+fn unhealthy_gpus(node: &Node) -> Vec<u32> {
+    let Some(value) = node.annotations().get(annotation::UNHEALTHY_GPUS) else {
+        return Vec::new();
+    };
+    let (indices, bad) = parse_gpu_indices(value);
+    if !bad.is_empty() {
+        warn!(node = %node.name_any(), annotation = annotation::UNHEALTHY_GPUS, ?bad, "ignoring entries that are not GPU indices");
+    }
+    indices
+}
+
 /// The node's document: the pool's GPUs, with the pods that hold them now.
 fn desired_topology(
     ctx: &Context,
@@ -171,14 +191,7 @@ fn desired_topology(
     let previous = cached_configmap(ctx, &name)
         .and_then(|cm| cm.data.as_ref()?.get(DATA_KEY).cloned())
         .and_then(|text| NodeTopology::from_yaml(&text).ok());
-    let (unhealthy, bad) = node
-        .annotations()
-        .get(annotation::UNHEALTHY_GPUS)
-        .map(|value| parse_gpu_indices(value))
-        .unwrap_or_default();
-    if !bad.is_empty() {
-        warn!(node = %name, annotation = annotation::UNHEALTHY_GPUS, ?bad, "ignoring entries that are not GPU indices");
-    }
+    let unhealthy = unhealthy_gpus(node);
     let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref(), &unhealthy);
     let default = pool
         .spec

@@ -23,12 +23,20 @@ use crate::apply::{owned_fields, owned_keys};
 /// The status entries fakegpu wants on a node.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatusIntent {
-    /// Capacity, and the same allocatable.
+    /// Capacity; allocatable is the same less the unhealthy GPUs.
     pub resources: BTreeMap<String, Quantity>,
+    /// GPUs left out of allocatable, as the kubelet leaves out a device plugin's unhealthy
+    /// devices.
+    pub unhealthy_gpus: u32,
     pub fractioning: Option<NodeCondition>,
 }
 
 impl StatusIntent {
+    /// Allocatable: the capacity less the unhealthy GPUs.
+    pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
+        allocatable(&self.resources, self.unhealthy_gpus)
+    }
+
     /// The intent without its timestamps: what two computations of the same intent share.
     pub fn timeless(&self) -> Self {
         let mut intent = self.clone();
@@ -63,6 +71,20 @@ pub fn desired_resources(
         .iter()
         .map(|r| (r.name.clone(), Quantity(r.count.to_string())));
     gpus.into_iter().chain(others).collect()
+}
+
+/// `capacity` less `unhealthy` GPUs.
+pub fn allocatable(
+    capacity: &BTreeMap<String, Quantity>,
+    unhealthy: u32,
+) -> BTreeMap<String, Quantity> {
+    let mut allocatable = capacity.clone();
+    if let Some(gpus) = allocatable.get_mut(resource::GPU)
+        && let Ok(count) = gpus.0.parse::<u32>()
+    {
+        *gpus = Quantity(count.saturating_sub(unhealthy).to_string());
+    }
+    allocatable
 }
 
 fn allocatable_gpus(resources: Option<&BTreeMap<String, Quantity>>) -> bool {
@@ -136,10 +158,11 @@ pub fn status_current(node: &Node, intent: &StatusIntent) -> bool {
             return false;
         }
     }
+    let wanted_allocatable = intent.allocatable();
     let values_match = intent.resources.iter().all(|(name, value)| {
         let capacity = status.and_then(|s| s.capacity.as_ref()?.get(name));
         let allocatable = status.and_then(|s| s.allocatable.as_ref()?.get(name));
-        capacity == Some(value) && allocatable == Some(value)
+        capacity == Some(value) && allocatable == wanted_allocatable.get(name)
     });
     let condition_matches = match &intent.fractioning {
         Some(wanted) => {
@@ -168,7 +191,7 @@ pub fn status_patch(node: &str, intent: &StatusIntent) -> serde_json::Value {
         "metadata": {"name": node},
         "status": {
             "capacity": intent.resources,
-            "allocatable": intent.resources,
+            "allocatable": intent.allocatable(),
             "conditions": intent.fractioning.iter().collect::<Vec<_>>(),
         },
     })
@@ -198,13 +221,17 @@ mod tests {
                 json!({format!("k:{}", json!({"type": GPU_FRACTIONING_READY})): {}});
         }
         let mut resources = json!({"cpu": "1k"});
+        let mut allocatable = resources.clone();
         for (name, value) in &intent.resources {
             resources[name] = json!(value.0);
+        }
+        for (name, value) in &intent.allocatable() {
+            allocatable[name] = json!(value.0);
         }
         node(json!({
             "metadata": {"name": "n", "managedFields": [
                 {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": fields}]},
-            "status": {"capacity": resources, "allocatable": resources,
+            "status": {"capacity": resources, "allocatable": allocatable,
                 "conditions": intent.fractioning.iter().collect::<Vec<_>>()},
         }))
     }
@@ -268,6 +295,7 @@ mod tests {
         let intent = StatusIntent {
             fractioning: desired_fractioning(&bare, &fake, &resources, &time(1)),
             resources,
+            unhealthy_gpus: 0,
         };
         let node = applied(&intent);
         assert!(owns_status(&node));
@@ -280,6 +308,13 @@ mod tests {
             ..intent.clone()
         };
         assert!(!status_current(&node, &smaller));
+        // A GPU fails: allocatable no longer matches.
+        let failed = StatusIntent {
+            unhealthy_gpus: 1,
+            ..intent.clone()
+        };
+        assert!(!status_current(&node, &failed));
+        assert!(status_current(&applied(&failed), &failed));
         // The node leaves: an empty intent is not current while fakegpu still owns entries.
         assert!(!status_current(&node, &StatusIntent::default()));
         assert!(status_current(&bare, &StatusIntent::default()));
@@ -288,12 +323,17 @@ mod tests {
     #[test]
     fn the_patch_sets_capacity_allocatable_and_condition() {
         let intent = StatusIntent {
-            resources: BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("8".into()))]),
+            resources: BTreeMap::from([
+                ("nvidia.com/gpu".to_owned(), Quantity("8".into())),
+                ("nvidia.com/hostdev".to_owned(), Quantity("2".into())),
+            ]),
+            unhealthy_gpus: 3,
             fractioning: None,
         };
         let patch = status_patch("n", &intent);
         assert_eq!(patch["status"]["capacity"]["nvidia.com/gpu"], "8");
-        assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "8");
+        assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "5");
+        assert_eq!(patch["status"]["allocatable"]["nvidia.com/hostdev"], "2");
         assert_eq!(patch["status"]["conditions"], json!([]));
     }
 }
