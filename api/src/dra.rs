@@ -6,9 +6,15 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::resource::v1::{Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSliceSpec},
+    api::{
+        core::v1::Node,
+        resource::v1::{
+            Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
+        },
+    },
     apimachinery::pkg::api::resource::Quantity,
 };
+use kube::{Resource, ResourceExt, api::ObjectMeta};
 
 use crate::{names::resource::GPU_DRIVER, topology::NodeTopology};
 
@@ -147,6 +153,50 @@ pub fn gpu_slice_spec(node: &str, topology: &NodeTopology, generation: i64) -> R
         devices: Some(gpu_devices(topology)),
         ..Default::default()
     }
+}
+
+/// The GPU slice `name` of `node` for `topology`, labelled `labels` and owned by the node (the
+/// garbage collector removes it with the node). Its pool generation is `current`'s, raised by
+/// one when the devices change (the scheduler trusts the newest generation of a pool).
+pub fn gpu_slice(
+    name: &str,
+    node: &Node,
+    labels: BTreeMap<String, String>,
+    topology: &NodeTopology,
+    current: Option<&ResourceSlice>,
+) -> ResourceSlice {
+    let mut spec = gpu_slice_spec(&node.name_any(), topology, 0);
+    spec.pool.generation = match current {
+        Some(current) if same_devices(&current.spec, &spec) => current.spec.pool.generation,
+        Some(current) => current.spec.pool.generation + 1,
+        None => 1,
+    };
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            owner_references: node.controller_owner_ref(&()).map(|owner| vec![owner]),
+            ..Default::default()
+        },
+        spec,
+    }
+}
+
+fn same_devices(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
+    (&a.driver, &a.node_name, &a.pool.name, &a.devices)
+        == (&b.driver, &b.node_name, &b.pool.name, &b.devices)
+}
+
+/// Whether `current` already is `desired` (as [`gpu_slice`] builds it).
+pub fn slice_current(current: &ResourceSlice, desired: &ResourceSlice) -> bool {
+    let labels_match = desired
+        .labels()
+        .iter()
+        .all(|(k, v)| current.labels().get(k) == Some(v));
+    labels_match
+        && current.owner_references() == desired.owner_references()
+        && same_devices(&current.spec, &desired.spec)
+        && current.spec.pool == desired.spec.pool
 }
 
 #[cfg(test)]

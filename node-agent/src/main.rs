@@ -1,28 +1,34 @@
 //! fakegpu-node-agent: the kubelet plugins of one node (see the library docs).
 //!
-//! Configuration, all from the environment (the DaemonSet sets it):
-//! `NODE_NAME` (required), `FAKEGPU_NAMESPACE` (where the topology ConfigMaps are),
-//! `FAKEGPU_DEVICE_PLUGIN_DIR` (default `/var/lib/kubelet/device-plugins`),
-//! `FAKEGPU_NVIDIA_SMI` (the fake nvidia-smi on the host, default
-//! `/var/lib/fakegpu/bin/nvidia-smi`).
+//! Configuration, all from the environment (the DaemonSets set it):
+//! - `NODE_NAME` (required), `FAKEGPU_NAMESPACE` (where the topology ConfigMaps are);
+//! - `FAKEGPU_DEVICE_PLUGIN` / `FAKEGPU_DRA`: `false` turns that plugin off (the bundle runs one
+//!   DaemonSet per interface, on the nodes the operator labels for it);
+//! - `FAKEGPU_DEVICE_PLUGIN_DIR` (default `/var/lib/kubelet/device-plugins`);
+//! - `FAKEGPU_PLUGINS_REGISTRY_DIR` (default `/var/lib/kubelet/plugins_registry`),
+//!   `FAKEGPU_PLUGINS_DIR` (default `/var/lib/kubelet/plugins`), `FAKEGPU_CDI_DIR` (default
+//!   `/var/run/cdi`);
+//! - `FAKEGPU_NVIDIA_SMI`: the fake nvidia-smi on the host (default
+//!   `/var/lib/fakegpu/bin/nvidia-smi`).
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
 use fakegpu_api::names::fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV};
-use fakegpu_node_agent::{device_plugin, topology_source};
+use fakegpu_node_agent::{device_plugin, dra, topology_source};
+use futures::{FutureExt, future::Shared};
 use tokio::sync::watch;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
 const NODE_NAME_ENV: &str = "NODE_NAME";
-const DEVICE_PLUGIN_DIR_ENV: &str = "FAKEGPU_DEVICE_PLUGIN_DIR";
-const DEFAULT_DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
-const NVIDIA_SMI_ENV: &str = "FAKEGPU_NVIDIA_SMI";
-const DEFAULT_NVIDIA_SMI: &str = "/var/lib/fakegpu/bin/nvidia-smi";
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn enabled(name: &str) -> bool {
+    env_or(name, "true") != "false"
 }
 
 async fn shutdown_signal() {
@@ -40,23 +46,71 @@ async fn shutdown_signal() {
     }
 }
 
+/// Runs `plugin` when `on`; otherwise waits for shutdown.
+async fn maybe(
+    on: bool,
+    plugin: impl Future<Output = anyhow::Result<()>>,
+    shutdown: Shared<impl Future<Output = ()>>,
+) -> anyhow::Result<()> {
+    if on {
+        plugin.await
+    } else {
+        shutdown.await;
+        Ok(())
+    }
+}
+
 async fn run() -> anyhow::Result<()> {
     let node = std::env::var(NODE_NAME_ENV)
         .with_context(|| format!("{NODE_NAME_ENV} must name the node this agent serves"))?;
     let namespace = env_or(NAMESPACE_ENV, DEFAULT_NAMESPACE);
-    let settings = device_plugin::Settings {
+    let nvidia_smi = PathBuf::from(env_or(
+        "FAKEGPU_NVIDIA_SMI",
+        "/var/lib/fakegpu/bin/nvidia-smi",
+    ));
+    let device_plugin = device_plugin::Settings {
         node: node.clone(),
-        dir: PathBuf::from(env_or(DEVICE_PLUGIN_DIR_ENV, DEFAULT_DEVICE_PLUGIN_DIR)),
-        nvidia_smi: PathBuf::from(env_or(NVIDIA_SMI_ENV, DEFAULT_NVIDIA_SMI)),
+        dir: env_or(
+            "FAKEGPU_DEVICE_PLUGIN_DIR",
+            "/var/lib/kubelet/device-plugins",
+        )
+        .into(),
+        nvidia_smi: nvidia_smi.clone(),
     };
+    let dra = dra::Settings {
+        node: node.clone(),
+        registry_dir: env_or(
+            "FAKEGPU_PLUGINS_REGISTRY_DIR",
+            "/var/lib/kubelet/plugins_registry",
+        )
+        .into(),
+        plugins_dir: env_or("FAKEGPU_PLUGINS_DIR", "/var/lib/kubelet/plugins").into(),
+        cdi_dir: env_or("FAKEGPU_CDI_DIR", "/var/run/cdi").into(),
+        nvidia_smi,
+    };
+    let (serve_device_plugin, serve_dra) =
+        (enabled("FAKEGPU_DEVICE_PLUGIN"), enabled("FAKEGPU_DRA"));
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    info!(node = %node, namespace = %namespace, dir = %settings.dir.display(), "node agent starting");
+    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, "node agent starting");
     let (sender, topology) = watch::channel(None);
-    let follow = topology_source::follow(client, &namespace, &node, sender);
+    let follow = topology_source::follow(client.clone(), &namespace, &node, sender);
+    let shutdown = shutdown_signal().boxed().shared();
+    let plugins = futures::future::try_join(
+        maybe(
+            serve_device_plugin,
+            device_plugin::run(device_plugin, topology.clone(), shutdown.clone()),
+            shutdown.clone(),
+        ),
+        maybe(
+            serve_dra,
+            dra::run(dra, client, topology, shutdown.clone()),
+            shutdown.clone(),
+        ),
+    );
     tokio::select! {
-        result = device_plugin::run(settings, topology, shutdown_signal()) => result,
+        result = plugins => result.map(drop),
         () = follow => anyhow::bail!("the topology watch ended"),
     }
 }

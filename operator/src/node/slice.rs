@@ -4,67 +4,38 @@
 
 use std::collections::BTreeMap;
 
+pub use fakegpu_api::dra::slice_current;
 use fakegpu_api::{
-    dra::gpu_slice_spec,
+    dra::gpu_slice,
     names::fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
     topology::NodeTopology,
 };
 use k8s_openapi::api::{core::v1::Node, resource::v1::ResourceSlice};
-use kube::{Resource, ResourceExt, api::ObjectMeta};
+use kube::ResourceExt;
 
 /// Name of a KWOK node's GPU slice, as the reference names it.
 pub fn slice_name(node: &str) -> String {
     format!("kwok-{node}-gpu")
 }
 
-/// The slice `node` should have for `topology`. Its pool generation is the current one, raised
-/// by one when the devices change (the scheduler trusts the newest generation of a pool).
+/// The slice `node` of `pool` should have for `topology` (see [`gpu_slice`]).
 pub fn desired_slice(
     node: &Node,
     pool: &str,
     topology: &NodeTopology,
     current: Option<&ResourceSlice>,
 ) -> ResourceSlice {
-    let name = node.name_any();
-    let mut spec = gpu_slice_spec(&name, topology, 0);
-    spec.pool.generation = match current {
-        Some(current) if same_devices(&current.spec, &spec) => current.spec.pool.generation,
-        Some(current) => current.spec.pool.generation + 1,
-        None => 1,
-    };
-    ResourceSlice {
-        metadata: ObjectMeta {
-            name: Some(slice_name(&name)),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
-                (POOL_LABEL.to_owned(), pool.to_owned()),
-            ])),
-            // The garbage collector removes the slice with its node.
-            owner_references: node.controller_owner_ref(&()).map(|owner| vec![owner]),
-            ..Default::default()
-        },
-        spec,
-    }
-}
-
-fn same_devices(
-    a: &k8s_openapi::api::resource::v1::ResourceSliceSpec,
-    b: &k8s_openapi::api::resource::v1::ResourceSliceSpec,
-) -> bool {
-    (&a.driver, &a.node_name, &a.pool.name, &a.devices)
-        == (&b.driver, &b.node_name, &b.pool.name, &b.devices)
-}
-
-/// Whether the cached slice already is the desired one.
-pub fn slice_current(current: &ResourceSlice, desired: &ResourceSlice) -> bool {
-    let labels_match = desired
-        .labels()
-        .iter()
-        .all(|(k, v)| current.labels().get(k) == Some(v));
-    labels_match
-        && current.owner_references() == desired.owner_references()
-        && same_devices(&current.spec, &desired.spec)
-        && current.spec.pool == desired.spec.pool
+    let labels = BTreeMap::from([
+        (MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (POOL_LABEL.to_owned(), pool.to_owned()),
+    ]);
+    gpu_slice(
+        &slice_name(&node.name_any()),
+        node,
+        labels,
+        topology,
+        current,
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,161 @@
+//! CDI specs (Container Device Interface) for prepared claims: what the container runtime adds
+//! to a container that was given a claim's GPUs. NVIDIA's DRA driver writes one transient spec
+//! per claim under `/var/run/cdi`, kind `k8s.gpu.nvidia.com/claim`, devices
+//! `<claimUID>-<device>`; fakegpu does the same, with environment variables only (there are no
+//! device nodes to inject), plus one `common` device with what every GPU container gets.
+
+use std::{
+    io::{self, Write},
+    path::{Path, PathBuf},
+};
+
+use serde_json::{Value, json};
+
+use super::checkpoint::PreparedDevice;
+
+/// CDI vendor/class of fakegpu's GPU claims, as NVIDIA's driver names it.
+pub const KIND: &str = "k8s.gpu.nvidia.com/claim";
+/// The CDI spec version written; 0.6.0 is understood by containerd 1.7+ and CRI-O 1.28+.
+pub const CDI_VERSION: &str = "0.6.0";
+/// The device every prepared GPU container also gets.
+pub const COMMON_DEVICE: &str = "common";
+
+/// File name prefix: the kind with `/` as `-`, as CDI's own tools name transient specs.
+fn file_prefix() -> String {
+    KIND.replace('/', "-")
+}
+
+/// Where the spec of claim `uid` lives in `dir`.
+pub fn claim_spec_path(dir: &Path, uid: &str) -> PathBuf {
+    dir.join(format!("{}_{uid}.json", file_prefix()))
+}
+
+/// Where the common spec lives in `dir`.
+pub fn common_spec_path(dir: &Path) -> PathBuf {
+    dir.join(format!("{}_{COMMON_DEVICE}.json", file_prefix()))
+}
+
+/// The CDI device name of a claim's device.
+pub fn claim_device_name(uid: &str, device: &str) -> String {
+    format!("{uid}-{device}")
+}
+
+/// A fully qualified CDI device ID (`k8s.gpu.nvidia.com/claim=<name>`), as the kubelet
+/// passes it to the runtime.
+pub fn qualified(name: &str) -> String {
+    format!("{KIND}={name}")
+}
+
+/// `GPU_DEVICE_<device with - as _>`: the variable naming one device, as the reference sets it.
+fn device_variable(device: &str) -> String {
+    format!("GPU_DEVICE_{}", device.replace('-', "_"))
+}
+
+/// The spec of claim `uid`. Every device names itself in the environment; the claim's GPUs
+/// together are `NVIDIA_VISIBLE_DEVICES` (spec-wide edits apply whenever one of the spec's
+/// devices is injected).
+pub fn claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
+    let visible: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
+    json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "containerEdits": {"env": [format!("NVIDIA_VISIBLE_DEVICES={}", visible.join(","))]},
+        "devices": devices.iter().map(|d| json!({
+            "name": claim_device_name(uid, &d.device),
+            "containerEdits": {"env": [
+                format!("{}={}", device_variable(&d.device), d.device),
+                format!("{}_UUID={}", device_variable(&d.device), d.uuid),
+            ]},
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The common spec: `NODE_NAME` (nvidia-smi reads it) and the fake nvidia-smi, when the host
+/// has it.
+pub fn common_spec(node: &str, nvidia_smi: Option<&str>) -> Value {
+    let mounts: Vec<Value> = nvidia_smi
+        .map(|host| {
+            json!({"hostPath": host, "containerPath": "/bin/nvidia-smi",
+                "options": ["ro", "nosuid", "nodev", "bind"]})
+        })
+        .into_iter()
+        .collect();
+    json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": [{
+            "name": COMMON_DEVICE,
+            "containerEdits": {"env": [format!("NODE_NAME={node}")], "mounts": mounts},
+        }],
+    })
+}
+
+/// Writes `bytes` to `path` whole or not at all: a temporary file in the same directory,
+/// synced, then renamed over the target. A runtime reading the spec never sees half of it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("spec");
+    let temporary = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&temporary, path)
+}
+
+/// Removes a file; one already gone counts as removed.
+pub fn remove(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_spec_names_devices_and_visible_gpus() {
+        let devices = [0, 3].map(|i| PreparedDevice {
+            request: "gpus".into(),
+            pool: "n".into(),
+            device: format!("gpu-{i}"),
+            uuid: format!("GPU-{i}"),
+        });
+        let spec = claim_spec("u1", &devices);
+        assert_eq!(spec["kind"], KIND);
+        assert_eq!(
+            spec["containerEdits"]["env"][0],
+            "NVIDIA_VISIBLE_DEVICES=GPU-0,GPU-3"
+        );
+        assert_eq!(spec["devices"][1]["name"], "u1-gpu-3");
+        assert_eq!(
+            spec["devices"][1]["containerEdits"]["env"][0],
+            "GPU_DEVICE_gpu_3=gpu-3"
+        );
+        assert_eq!(qualified("u1-gpu-3"), "k8s.gpu.nvidia.com/claim=u1-gpu-3");
+        assert_eq!(
+            claim_spec_path(Path::new("/var/run/cdi"), "u1"),
+            Path::new("/var/run/cdi/k8s.gpu.nvidia.com-claim_u1.json")
+        );
+    }
+
+    #[test]
+    fn common_spec_mounts_nvidia_smi_only_when_there() {
+        assert_eq!(
+            common_spec("n", None)["devices"][0]["containerEdits"]["mounts"],
+            json!([])
+        );
+        let with = common_spec("n", Some("/opt/nvidia-smi"));
+        assert_eq!(
+            with["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
+            "/bin/nvidia-smi"
+        );
+        assert_eq!(
+            with["devices"][0]["containerEdits"]["env"][0],
+            "NODE_NAME=n"
+        );
+    }
+}
