@@ -7,6 +7,8 @@
 #   hack/operator.sh start     install, build, start in the background with a ServiceAccount token
 #   hack/operator.sh restart   stop and start again with the binary already built (a full resync)
 #   hack/operator.sh stop      stop the operator that `start` started
+#   hack/operator.sh agent-kubeconfig   print the path of a kubeconfig for the node agent's
+#                                       ServiceAccount (the harness runs the agent with it)
 #
 # Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster). The operator serves
 # /metrics, /healthz and /readyz on $FAKEGPU_HTTP_ADDR (default 127.0.0.1:18080).
@@ -36,9 +38,11 @@ install() {
   "$kubectl" wait --for=condition=Established crd/gpunodepools.fakegpu.dev --timeout=60s >/dev/null
 }
 
-# A kubeconfig that authenticates as the operator's ServiceAccount with a bound token.
+# A kubeconfig that authenticates as a ServiceAccount of the bundle (default: the operator's)
+# with a bound token.
 service_account_kubeconfig() {
-  local kc=$dir/operator.kubeconfig token server ca
+  local account=${1:-$account}
+  local kc=$dir/$account.kubeconfig token server ca
   token=$("$kubectl" create token "$account" -n "$namespace" --duration=24h)
   server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
   ca=$("$kubectl" config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
@@ -52,9 +56,9 @@ users:
 - name: $account
   user: {token: "$token"}
 contexts:
-- name: operator
+- name: $account
   context: {cluster: local, user: $account, namespace: $namespace}
-current-context: operator
+current-context: $account
 EOF
   echo "$kc"
 }
@@ -104,5 +108,6 @@ case ${1:-} in
   start) start ;;
   restart) launch ;;
   stop) stop ;;
-  *) echo "usage: $0 {install|start|restart|stop}" >&2; exit 2 ;;
+  agent-kubeconfig) install && service_account_kubeconfig fakegpu-node-agent ;;
+  *) echo "usage: $0 {install|start|restart|stop|agent-kubeconfig}" >&2; exit 2 ;;
 esac

@@ -38,4 +38,7 @@ cargo test --locked -p fakegpu-e2e -- --nocapture
 
 step "node agent driven by the kubelet's own device manager code (hack/kubelet-harness)"
 cargo build --locked -p fakegpu-node-agent
-FAKEGPU_NODE_AGENT=$repo/target/debug/fakegpu-node-agent go -C hack/kubelet-harness test ./... -count=1 -v
+# The agent runs with the bundle's node-agent ServiceAccount, so a missing RBAC rule fails.
+FAKEGPU_AGENT_KUBECONFIG=$(hack/operator.sh agent-kubeconfig) \
+  FAKEGPU_NODE_AGENT=$repo/target/debug/fakegpu-node-agent \
+  go -C hack/kubelet-harness test ./... -count=1 -v

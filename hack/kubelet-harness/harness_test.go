@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -39,7 +40,9 @@ type gpu struct {
 // cluster is the API server the agent reads its topology ConfigMap from, with a namespace of
 // the test's own.
 type cluster struct {
-	client     kubernetes.Interface
+	client kubernetes.Interface
+	// kubeconfig is the agent's: FAKEGPU_AGENT_KUBECONFIG (the bundle's node-agent
+	// ServiceAccount, as hack/test.sh runs it), else the admin's.
 	kubeconfig string
 	namespace  string
 }
@@ -64,7 +67,20 @@ func newCluster(t *testing.T, ctx context.Context) *cluster {
 	t.Cleanup(func() {
 		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
-	return &cluster{client: client, kubeconfig: kubeconfig, namespace: ns.Name}
+	// The agent's ServiceAccount reads topology documents here as it does in fakegpu-system.
+	_, err = client.RbacV1().RoleBindings(ns.Name).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fakegpu-node-agent-topology-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "fakegpu-node-agent-topology-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fakegpu-node-agent", Namespace: "fakegpu-system"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("binding the topology reader role: %v", err)
+	}
+	agentKubeconfig := os.Getenv("FAKEGPU_AGENT_KUBECONFIG")
+	if agentKubeconfig == "" {
+		agentKubeconfig = kubeconfig
+	}
+	return &cluster{client: client, kubeconfig: agentKubeconfig, namespace: ns.Name}
 }
 
 // topologyDocument writes what the operator writes for a node of an H100 pool.
