@@ -618,3 +618,95 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
     .await;
     cleanup.after(result).await
 }
+
+/// A node the operator cannot write (an admission policy refuses its labels) keeps the pool
+/// from getting ready, named in the Ready condition and a Warning Event; once the policy goes,
+/// the pool recovers without anyone touching it.
+#[tokio::test]
+async fn a_node_that_cannot_be_labelled_becomes_a_condition() -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let (client, pool, node, cleanup) = pool_with_one_node("refused").await?;
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policy_name = format!("{pool}-no-gpu-labels");
+    let result = async {
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": policy_name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["nodes"]}]},
+                "validations": [{
+                    "expression": format!("!(object.metadata.name == '{node}' && has(object.metadata.labels) && '{}' in object.metadata.labels)", label::GPU_PRESENT),
+                    "message": "this node may not carry GPU labels",
+                }],
+            },
+        }))?;
+        policies.create(&PostParams::default(), &policy).await?;
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": policy_name},
+            "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+        }))?;
+        bindings.create(&PostParams::default(), &binding).await?;
+        // Policies take effect a moment after they are created: wait until one bites.
+        eventually("admission policy in force", CONVERGE, || async {
+            let denied = nodes(&client)
+                .patch(
+                    &node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {label::GPU_PRESENT: "probe"}}})),
+                )
+                .await
+                .is_err();
+            Ok(denied.then_some(()))
+        })
+        .await?;
+
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
+        eventually("Ready=False NodeUpdateFailed naming the node", CONVERGE, || async {
+            let p = pools(&client).get(&pool).await?;
+            let ready = p
+                .status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .find(|c| c.type_ == "Ready");
+            Ok(ready
+                .filter(|c| {
+                    c.status == "False"
+                        && c.reason == "NodeUpdateFailed"
+                        && c.message.contains(&node)
+                        && c.message.contains("may not carry GPU labels")
+                })
+                .map(drop))
+        })
+        .await?;
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("Warning Event NodeUpdateFailed", CONVERGE, || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool.as_str())
+                        && e.reason.as_deref() == Some("NodeUpdateFailed")
+                })
+                .then_some(()))
+        })
+        .await?;
+
+        bindings
+            .delete(&policy_name, &DeleteParams::default())
+            .await?;
+        ready_pool(&client, &pool, 1).await.map(drop)
+    }
+    .await;
+    let _ = bindings
+        .delete(&policy_name, &DeleteParams::default())
+        .await;
+    let _ = policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await;
+    cleanup.after(result).await
+}

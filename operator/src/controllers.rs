@@ -175,6 +175,7 @@ pub async fn run(
         nrts: nrts.clone(),
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
+        node_failures: Default::default(),
         recent,
     });
     let node_store = nodes.clone();

@@ -79,6 +79,9 @@ pub struct Context {
     pub metrics: metrics::Metrics,
     /// Paces pool status writes (see [`pacer`]).
     pub pool_status_pacer: pacer::Pacer,
+    /// The last error of each node whose reconcile fails, cleared when one succeeds; pools
+    /// report them (a node that cannot be written keeps its pool from getting ready).
+    pub node_failures: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
     /// Writes sent whose watch events have not arrived yet (see [`recent`]).
     pub recent: Arc<recent::RecentWrites>,
 }

@@ -44,6 +44,13 @@ pub fn has_kubelet(node: &Node) -> bool {
 }
 
 pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
+    let name = node.name_any();
+    let action = reconcile_node(node, ctx.clone()).await?;
+    ctx.node_failures.lock().remove(&name);
+    Ok(action)
+}
+
+async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     let pools = ctx.pools.state();
     let Some(pool) = membership::owner(&pools, node.labels()) else {
         release(&ctx, &node).await?;
@@ -329,6 +336,9 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
 
 pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("node", error);
+    ctx.node_failures
+        .lock()
+        .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

@@ -56,16 +56,25 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let now = Time(Timestamp::now());
     let foreign = deviceclass::foreign_classes(ctx);
     let allocated = |node: &str| node::allocated_gpus(ctx, node);
+    let failures = ctx.node_failures.lock().clone();
     let desired = status::desired_status(
         pool,
         &ctx.pools.state(),
         &ctx.nodes.state(),
         &foreign,
+        &failures,
         allocated,
         &now,
     );
+    // Node failures and their retries reach no pool by a watch event: a pool that is not
+    // ready looks again in a while.
+    let next = if status::is_ready(&desired) {
+        Action::await_change()
+    } else {
+        Action::requeue(Duration::from_secs(10))
+    };
     if pool.status.as_ref() == Some(&desired) {
-        return Ok(Action::await_change());
+        return Ok(next);
     }
     let name = pool.name_any();
     if let Some(wait) = ctx.pool_status_pacer.admit(&name, Instant::now()) {
@@ -85,7 +94,7 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
     let patch = json!({"apiVersion": GpuNodePool::api_version(&()), "kind": GpuNodePool::kind(&()), "status": desired});
     apply::apply_status(&pools, &name, &patch).await?;
-    Ok(Action::await_change())
+    Ok(next)
 }
 
 /// Events are for people reading `kubectl describe`; failing to record one must not fail the

@@ -28,6 +28,14 @@ pub const MAX_LISTED_NODES: usize = 100;
 /// How many contested nodes a Conflict message names.
 const NAMED_CONFLICTS: usize = 3;
 
+/// Whether the status says Ready=True.
+pub fn is_ready(status: &GpuNodePoolStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.status == "True")
+}
+
 /// Whether a condition reports a problem (worth a Warning Event when it appears).
 pub fn is_problem(condition: &Condition) -> bool {
     match condition.type_.as_str() {
@@ -39,7 +47,8 @@ pub fn is_problem(condition: &Condition) -> bool {
 }
 
 /// The status `pool` should have. `foreign_classes` are DeviceClasses of fakegpu's names that
-/// someone else owns; `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions whose status or reason changed;
+/// someone else owns; `failures` are the last write errors of nodes (by name) whose reconcile
+/// fails; `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions whose status or reason changed;
 /// unchanged conditions keep their previous transition time, so an unchanged pool yields an
 /// unchanged status.
 pub fn desired_status(
@@ -47,6 +56,7 @@ pub fn desired_status(
     pools: &[Arc<GpuNodePool>],
     nodes: &[Arc<Node>],
     foreign_classes: &[String],
+    failures: &BTreeMap<String, String>,
     allocated: impl Fn(&str) -> u32,
     now: &Time,
 ) -> GpuNodePoolStatus {
@@ -84,6 +94,19 @@ pub fn desired_status(
         }
     }
     let in_place = labelled.len() == wanted;
+    // Nodes the pool wants that fakegpu could not write: why the pool does not get ready.
+    let failing: Vec<(String, &String)> = nodes
+        .iter()
+        .filter(|node| {
+            membership::selecting(pools, node.labels())
+                .first()
+                .is_some_and(|p| p.name_any() == name)
+        })
+        .filter_map(|node| {
+            let node = node.name_any();
+            failures.get(&node).map(|error| (node, error))
+        })
+        .collect();
 
     let ready = match (&resolved, membership::selector(pool)) {
         (Err(error), _) => condition(READY, false, error.reason(), error.to_string()),
@@ -92,6 +115,17 @@ pub fn desired_status(
             false,
             "InvalidSelector",
             format!("spec.nodeSelector: {error}"),
+        ),
+        (Ok(_), Ok(_)) if !failing.is_empty() => condition(
+            READY,
+            false,
+            "NodeUpdateFailed",
+            format!(
+                "{} of {wanted} nodes could not be updated; {}: {}",
+                failing.len(),
+                failing[0].0,
+                failing[0].1
+            ),
         ),
         (Ok(_), Ok(_)) if !in_place => condition(
             READY,
@@ -249,6 +283,7 @@ mod tests {
             std::slice::from_ref(&a),
             &nodes,
             &[],
+            &BTreeMap::new(),
             two_on_n2,
             &time(100),
         );
@@ -278,7 +313,15 @@ mod tests {
     fn progressing_until_nodes_are_labelled() {
         let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
         let nodes = [node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"}))];
-        let status = desired_status(&a, std::slice::from_ref(&a), &nodes, &[], none, &time(100));
+        let status = desired_status(
+            &a,
+            std::slice::from_ref(&a),
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            none,
+            &time(100),
+        );
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -290,7 +333,15 @@ mod tests {
     #[test]
     fn unknown_profile_is_a_condition() {
         let a = pool("a", 1, json!({"gpu": {"profile": "future-gpu"}}));
-        let status = desired_status(&a, std::slice::from_ref(&a), &[], &[], none, &time(100));
+        let status = desired_status(
+            &a,
+            std::slice::from_ref(&a),
+            &[],
+            &[],
+            &BTreeMap::new(),
+            none,
+            &time(100),
+        );
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -308,7 +359,15 @@ mod tests {
         let pools = [old.clone(), young.clone()];
         let nodes = [node("n1", json!({"gpu": "yes", "fakegpu.dev/pool": "old"}))];
         for pool in [&old, &young] {
-            let status = desired_status(pool, &pools, &nodes, &[], none, &time(100));
+            let status = desired_status(
+                pool,
+                &pools,
+                &nodes,
+                &[],
+                &BTreeMap::new(),
+                none,
+                &time(100),
+            );
             let conflict = find(&status, CONFLICT);
             assert_eq!(conflict.status, "True", "{}", pool.name_any());
             assert!(
@@ -323,7 +382,15 @@ mod tests {
             );
         }
         // The young pool owns nothing and wants nothing: it is in place, not progressing.
-        let status = desired_status(&young, &pools, &nodes, &[], none, &time(100));
+        let status = desired_status(
+            &young,
+            &pools,
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            none,
+            &time(100),
+        );
         assert_eq!(
             (status.node_count, find(&status, READY).status.as_str()),
             (0, "True")
@@ -338,9 +405,17 @@ mod tests {
             json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
         );
         let pools = std::slice::from_ref(&dra);
-        let managed = desired_status(&dra, pools, &[], &[], none, &time(1));
+        let managed = desired_status(&dra, pools, &[], &[], &BTreeMap::new(), none, &time(1));
         assert_eq!(find(&managed, DEVICE_CLASS).status, "True");
-        let foreign = desired_status(&dra, pools, &[], &["gpu.nvidia.com".into()], none, &time(1));
+        let foreign = desired_status(
+            &dra,
+            pools,
+            &[],
+            &["gpu.nvidia.com".into()],
+            &BTreeMap::new(),
+            none,
+            &time(1),
+        );
         let condition = find(&foreign, DEVICE_CLASS);
         assert_eq!(
             (condition.status.as_str(), condition.reason.as_str()),
@@ -353,10 +428,48 @@ mod tests {
             std::slice::from_ref(&plain),
             &[],
             &["gpu.nvidia.com".into()],
+            &BTreeMap::new(),
             none,
             &time(1),
         );
         assert!(status.conditions.iter().all(|c| c.type_ != DEVICE_CLASS));
+    }
+
+    #[test]
+    fn a_node_that_cannot_be_written_is_the_reason_the_pool_is_not_ready() {
+        let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
+        let nodes = [
+            node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"})),
+            node("elsewhere", json!({})),
+        ];
+        let failures = BTreeMap::from([
+            (
+                "n1".to_owned(),
+                "admission webhook denied the request".to_owned(),
+            ),
+            // Not a node of this pool: not its problem.
+            ("elsewhere".to_owned(), "denied".to_owned()),
+        ]);
+        let status = desired_status(
+            &a,
+            std::slice::from_ref(&a),
+            &nodes,
+            &[],
+            &failures,
+            none,
+            &time(1),
+        );
+        let ready = find(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "NodeUpdateFailed")
+        );
+        assert_eq!(
+            ready.message,
+            "1 of 1 nodes could not be updated; n1: admission webhook denied the request"
+        );
+        assert!(is_problem(ready));
+        assert!(!is_ready(&status));
     }
 
     #[test]
@@ -366,9 +479,25 @@ mod tests {
             "n1",
             json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
         )];
-        let first = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], none, &time(100));
+        let first = desired_status(
+            &a,
+            &[Arc::new(a.clone())],
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            none,
+            &time(100),
+        );
         a.status = Some(first.clone());
-        let second = desired_status(&a, &[Arc::new(a.clone())], &nodes, &[], none, &time(200));
+        let second = desired_status(
+            &a,
+            &[Arc::new(a.clone())],
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            none,
+            &time(200),
+        );
         assert_eq!(first, second);
     }
 }
