@@ -226,6 +226,20 @@ pub mod metric {
     pub const WRITES: &str = "fakegpu_operator_writes_total";
     /// Gauge: 1 while the replica holds the leader lease.
     pub const LEADER: &str = "fakegpu_operator_leader";
+    /// Node agent gauge: GPUs in the node's topology document.
+    pub const AGENT_GPUS: &str = "fakegpu_node_agent_gpus";
+    /// Node agent gauge: of those, GPUs marked unhealthy.
+    pub const AGENT_UNHEALTHY_GPUS: &str = "fakegpu_node_agent_unhealthy_gpus";
+    /// Node agent counter: topology documents ignored because they did not parse.
+    pub const AGENT_TOPOLOGY_ERRORS: &str = "fakegpu_node_agent_topology_errors_total";
+    /// Node agent gauge, label `plugin` (`device-plugin`, `dra`): 1 while the kubelet has
+    /// the plugin registered (as far as the agent knows).
+    pub const AGENT_REGISTERED: &str = "fakegpu_node_agent_registered";
+    /// Node agent counter, labels `method` (gRPC method) and `outcome` (`ok`, `error`):
+    /// calls the kubelet made.
+    pub const AGENT_CALLS: &str = "fakegpu_node_agent_calls_total";
+    /// Node agent gauge: claims prepared on the node (in the checkpoint).
+    pub const AGENT_PREPARED_CLAIMS: &str = "fakegpu_node_agent_prepared_claims";
 }
 
 /// The per-node topology ConfigMap, kept readable by tools written for the reference's

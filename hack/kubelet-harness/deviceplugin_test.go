@@ -30,7 +30,7 @@ func TestDevicePlugin(t *testing.T) {
 
 	dir := t.TempDir()
 	kubelet := startKubelet(t, dir)
-	agent := startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir})
+	agent := startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir, "FAKEGPU_DRA": "false"})
 
 	p := kubelet.waitConnected(t, gpuResource)
 	devices := kubelet.waitDevices(t, func(d []*api.Device) bool { return len(d) == 4 })
@@ -52,6 +52,10 @@ func TestDevicePlugin(t *testing.T) {
 			t.Errorf("GPU %d: NUMA nodes %v, want [%d]", g.index, got, g.zone)
 		}
 	}
+
+	agent.waitReady(t)
+	agent.waitMetric(t, "fakegpu_node_agent_gpus", "4")
+	agent.waitMetric(t, `fakegpu_node_agent_registered{plugin="device-plugin"}`, "1")
 
 	options, err := p.API().GetDevicePluginOptions(ctx, &api.Empty{})
 	if err != nil || !options.GetPreferredAllocationAvailable || options.PreStartRequired {
@@ -93,6 +97,7 @@ func TestDevicePlugin(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Allocate of an unknown device: %v, want InvalidArgument", err)
 	}
+	agent.waitMetric(t, `fakegpu_node_agent_calls_total{method="Allocate",outcome="error"}`, "1")
 
 	// A GPU turning unhealthy reaches the kubelet on the open ListAndWatch stream.
 	gpus[1].unhealthy = true
@@ -106,9 +111,11 @@ func TestDevicePlugin(t *testing.T) {
 		return false
 	})
 
+	agent.waitMetric(t, "fakegpu_node_agent_unhealthy_gpus", "1")
+
 	// A document edited into garbage is ignored: the agent keeps serving the last good one.
 	cluster.writeRawTopology(t, ctx, node, "gpus: [unclosed")
-	time.Sleep(time.Second)
+	agent.waitMetric(t, "fakegpu_node_agent_topology_errors_total", "1")
 	if _, err := p.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
 		{DevicesIds: []string{gpuUUID(node, 0)}},
 	}}); err != nil {
@@ -143,7 +150,7 @@ func TestAllocateLatency(t *testing.T) {
 	cluster.writeTopology(t, ctx, node, gpus)
 	dir := t.TempDir()
 	kubelet := startKubelet(t, dir)
-	startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir})
+	startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir, "FAKEGPU_DRA": "false"})
 	p := kubelet.waitConnected(t, gpuResource)
 	kubelet.waitDevices(t, func(d []*api.Device) bool { return len(d) == 8 })
 

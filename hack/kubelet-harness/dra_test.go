@@ -78,6 +78,8 @@ func TestDRAPlugin(t *testing.T) {
 	}
 	device := result.Devices[0]
 	wantIDs := []string{"k8s.gpu.nvidia.com/claim=common", "k8s.gpu.nvidia.com/claim=" + string(claim.UID) + "-gpu-1"}
+	agent.waitReady(t)
+	agent.waitMetric(t, "fakegpu_node_agent_prepared_claims", "1")
 	if device.DeviceName != "gpu-1" || device.PoolName != node || strings.Join(device.CdiDeviceIds, " ") != strings.Join(wantIDs, " ") ||
 		strings.Join(device.RequestNames, ",") != "gpu" {
 		t.Errorf("prepared device %+v, want gpu-1 in pool %s with CDI IDs %v", device, node, wantIDs)

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -234,6 +238,63 @@ type agent struct {
 	cmd  *exec.Cmd
 	done chan int
 	log  *syncBuffer
+	http string // its /metrics, /healthz, /readyz address
+}
+
+// get fetches one of the agent's HTTP endpoints.
+func (a *agent) get(path string) (int, string) {
+	resp, err := http.Get("http://" + a.http + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// waitMetric waits until the agent's /metrics has a line `series value`.
+func (a *agent) waitMetric(t *testing.T, series, value string) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		_, body := a.get("/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if line == series+" "+value {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metric %s never became %s; /metrics:\n%s", series, value, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitReady waits until the agent's /readyz answers 200.
+func (a *agent) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		code, body := a.get("/readyz")
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready: %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freeAddress is a loopback address with a port nothing listens on right now.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func startAgent(t *testing.T, c *cluster, node string, env map[string]string) *agent {
@@ -243,8 +304,9 @@ func startAgent(t *testing.T, c *cluster, node string, env map[string]string) *a
 		t.Fatal("FAKEGPU_NODE_AGENT must name the node agent binary (hack/test.sh sets it)")
 	}
 	cmd := exec.Command(binary)
+	address := freeAddress(t)
 	cmd.Env = append(os.Environ(), "NODE_NAME="+node, "FAKEGPU_NAMESPACE="+c.namespace,
-		"KUBECONFIG="+c.kubeconfig, "RUST_LOG=info", "NO_COLOR=1")
+		"KUBECONFIG="+c.kubeconfig, "RUST_LOG=info", "NO_COLOR=1", "FAKEGPU_HTTP_ADDR="+address)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -253,7 +315,7 @@ func startAgent(t *testing.T, c *cluster, node string, env map[string]string) *a
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the agent: %v", err)
 	}
-	a := &agent{cmd: cmd, done: make(chan int, 1), log: log}
+	a := &agent{cmd: cmd, done: make(chan int, 1), log: log, http: address}
 	go func() {
 		_ = cmd.Wait()
 		a.done <- cmd.ProcessState.ExitCode()

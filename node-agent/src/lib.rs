@@ -4,12 +4,14 @@
 //! - [`topology_source`]: the node's topology ConfigMap, watched, last good document kept;
 //! - [`device_plugin`]: the `nvidia.com/gpu` device plugin, its registration and re-registration;
 //! - [`dra`]: the DRA kubelet plugin for driver `gpu.nvidia.com`, and the node's ResourceSlice;
+//! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`uds`]: gRPC over Unix sockets; [`lenient_grpc`]: the registration socket's server;
 //! - [`proto`]: the kubelet's API definitions, generated.
 
 pub mod device_plugin;
 pub mod dra;
 pub mod lenient_grpc;
+pub mod metrics;
 pub mod proto;
 pub mod topology_source;
 pub mod uds;

@@ -9,13 +9,16 @@
 //!   `FAKEGPU_PLUGINS_DIR` (default `/var/lib/kubelet/plugins`), `FAKEGPU_CDI_DIR` (default
 //!   `/var/run/cdi`);
 //! - `FAKEGPU_NVIDIA_SMI`: the fake nvidia-smi on the host (default
-//!   `/var/lib/fakegpu/bin/nvidia-smi`).
+//!   `/var/lib/fakegpu/bin/nvidia-smi`);
+//! - `FAKEGPU_HTTP_ADDR`: `/metrics`, `/healthz`, `/readyz` (default `0.0.0.0:8080`).
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
-use fakegpu_api::names::fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV};
-use fakegpu_node_agent::{device_plugin, dra, topology_source};
+use fakegpu_api::names::fakegpu::{
+    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
+};
+use fakegpu_node_agent::{device_plugin, dra, metrics, topology_source};
 use futures::{FutureExt, future::Shared};
 use tokio::sync::watch;
 use tracing::{error, info};
@@ -90,28 +93,45 @@ async fn run() -> anyhow::Result<()> {
     };
     let (serve_device_plugin, serve_dra) =
         (enabled("FAKEGPU_DEVICE_PLUGIN"), enabled("FAKEGPU_DRA"));
+    let serving = [
+        (serve_device_plugin, metrics::DEVICE_PLUGIN),
+        (serve_dra, metrics::DRA),
+    ];
+    let metrics = metrics::Metrics::new(serving.iter().filter(|s| s.0).map(|s| s.1).collect())?;
+    let http_addr = env_or(OPERATOR_HTTP_ADDR_ENV, DEFAULT_OPERATOR_HTTP_ADDR);
+    let listener = tokio::net::TcpListener::bind(&http_addr)
+        .await
+        .with_context(|| format!("binding {http_addr}"))?;
+    let http = axum::serve(listener, metrics.clone().router()).into_future();
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, "node agent starting");
+    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, http = %http_addr, "node agent starting");
     let (sender, topology) = watch::channel(None);
-    let follow = topology_source::follow(client.clone(), &namespace, &node, sender);
+    let follow =
+        topology_source::follow(client.clone(), &namespace, &node, sender, metrics.clone());
     let shutdown = shutdown_signal().boxed().shared();
     let plugins = futures::future::try_join(
         maybe(
             serve_device_plugin,
-            device_plugin::run(device_plugin, topology.clone(), shutdown.clone()),
+            device_plugin::run(
+                device_plugin,
+                topology.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ),
             shutdown.clone(),
         ),
         maybe(
             serve_dra,
-            dra::run(dra, client, topology, shutdown.clone()),
+            dra::run(dra, client, topology, metrics, shutdown.clone()),
             shutdown.clone(),
         ),
     );
     tokio::select! {
         result = plugins => result.map(drop),
         () = follow => anyhow::bail!("the topology watch ended"),
+        result = http => result.context("the HTTP server stopped"),
     }
 }
 

@@ -17,6 +17,8 @@ use kube::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::metrics::Metrics;
+
 /// The latest good document; `None` before the first one and after the ConfigMap is deleted
 /// (the node left its pool).
 pub type Topology = watch::Receiver<Option<Arc<NodeTopology>>>;
@@ -38,6 +40,7 @@ pub async fn follow(
     namespace: &str,
     node: &str,
     sender: watch::Sender<Option<Arc<NodeTopology>>>,
+    metrics: Metrics,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
     let name = format!("{CONFIGMAP_PREFIX}{node}");
@@ -47,11 +50,15 @@ pub async fn follow(
     loop {
         match events.try_next().await {
             Ok(Some(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => {
-                apply(&sender, node, &cm)
+                if !apply(&sender, node, &cm) {
+                    metrics.topology_error();
+                }
+                metrics.topology(sender.borrow().as_deref());
             }
             Ok(Some(watcher::Event::Delete(_))) => {
                 info!(node, "topology ConfigMap deleted: no GPUs to serve");
                 sender.send_replace(None);
+                metrics.topology(None);
             }
             Ok(Some(watcher::Event::Init | watcher::Event::InitDone)) => {}
             Ok(None) => return,
@@ -60,7 +67,8 @@ pub async fn follow(
     }
 }
 
-fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &ConfigMap) {
+/// Takes one version of the ConfigMap; false when it was malformed (and ignored).
+fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &ConfigMap) -> bool {
     match read(cm) {
         Ok(topology) => {
             sender.send_if_modified(|current| {
@@ -71,9 +79,11 @@ fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &Con
                 *current = Some(Arc::new(topology));
                 true
             });
+            true
         }
         Err(reason) => {
-            warn!(node, %reason, "ignoring malformed topology ConfigMap; keeping the last good one")
+            warn!(node, %reason, "ignoring malformed topology ConfigMap; keeping the last good one");
+            false
         }
     }
 }
@@ -99,9 +109,13 @@ mod tests {
             pool: "p".into(),
             ..Default::default()
         };
-        apply(&sender, "n", &configmap(&good.to_yaml().expect("yaml")));
+        assert!(apply(
+            &sender,
+            "n",
+            &configmap(&good.to_yaml().expect("yaml"))
+        ));
         assert_eq!(receiver.borrow().as_deref(), Some(&good));
-        apply(&sender, "n", &configmap("not: [valid"));
+        assert!(!apply(&sender, "n", &configmap("not: [valid")));
         assert_eq!(receiver.borrow().as_deref(), Some(&good));
     }
 }

@@ -20,6 +20,7 @@ use tonic::transport::Server;
 use tracing::{debug, info, warn};
 
 use crate::{
+    metrics::Metrics,
     proto::deviceplugin::{
         DevicePluginOptions, RegisterRequest, device_plugin_server::DevicePluginServer,
         registration_client::RegistrationClient,
@@ -89,6 +90,7 @@ pub async fn register(kubelet: &Path) -> Result<(), RegisterError> {
 pub async fn run(
     settings: Settings,
     topology: Topology,
+    metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let mut topology_ready = topology.clone();
@@ -98,7 +100,8 @@ pub async fn run(
         // Nothing to offer before the operator has written the node's document.
         topology_ready.wait_for(Option::is_some).await?;
         loop {
-            serve_one_kubelet(&settings, &topology, &kubelet, &socket).await?;
+            serve_one_kubelet(&settings, &topology, &metrics, &kubelet, &socket).await?;
+            metrics.registered(crate::metrics::DEVICE_PLUGIN, false);
         }
     };
     let result = tokio::select! {
@@ -119,6 +122,7 @@ pub async fn run(
 async fn serve_one_kubelet(
     settings: &Settings,
     topology: &Topology,
+    metrics: &Metrics,
     kubelet: &Path,
     socket: &Path,
 ) -> anyhow::Result<()> {
@@ -134,6 +138,7 @@ async fn serve_one_kubelet(
         node: settings.node.clone(),
         topology: topology.clone(),
         nvidia_smi: settings.nvidia_smi.clone(),
+        metrics: metrics.clone(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
@@ -155,6 +160,7 @@ async fn serve_one_kubelet(
             match register(kubelet).await {
                 Ok(()) => {
                     registered = true;
+                    metrics.registered(crate::metrics::DEVICE_PLUGIN, true);
                     info!(node = %settings.node, socket = %socket.display(), "registered with the kubelet");
                 }
                 // The kubelet may still be starting; try again while its socket stays.

@@ -11,6 +11,7 @@ use tracing::{debug, info};
 
 use super::preferred::{Candidate, preferred};
 use crate::{
+    metrics::Metrics,
     proto::deviceplugin::{
         AllocateRequest, AllocateResponse, ContainerAllocateResponse,
         ContainerPreferredAllocationResponse, Device, DevicePluginOptions, Empty,
@@ -35,6 +36,7 @@ pub struct GpuDevicePlugin {
     pub topology: Topology,
     /// The fake nvidia-smi on the host, mounted into containers when it is there.
     pub nvidia_smi: PathBuf,
+    pub metrics: Metrics,
 }
 
 /// The devices ListAndWatch reports for a document.
@@ -183,6 +185,7 @@ impl DevicePlugin for GpuDevicePlugin {
                 }
             })
             .collect();
+        self.metrics.call("GetPreferredAllocation", true);
         Ok(Response::new(PreferredAllocationResponse {
             container_responses,
         }))
@@ -207,7 +210,9 @@ impl DevicePlugin for GpuDevicePlugin {
                     nvidia_smi,
                 )
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .inspect_err(|_| self.metrics.call("Allocate", false))?;
+        self.metrics.call("Allocate", true);
         Ok(Response::new(AllocateResponse {
             container_responses,
         }))

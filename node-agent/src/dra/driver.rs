@@ -16,6 +16,7 @@ use super::{
     checkpoint::{Checkpoint, PreparedClaim, PreparedDevice},
 };
 use crate::{
+    metrics::Metrics,
     proto::dra::{v1, v1beta1},
     topology_source::Topology,
 };
@@ -35,6 +36,7 @@ pub struct GpuDriver {
     /// The prepared claims; the lock also serialises prepares, so the file and the specs
     /// always agree.
     pub prepared: Mutex<Checkpoint>,
+    pub metrics: Metrics,
 }
 
 impl std::fmt::Debug for GpuDriver {
@@ -145,8 +147,11 @@ impl GpuDriver {
                     }
                 }
             };
+            self.metrics
+                .call("NodePrepareResources", response.error.is_empty());
             responses.insert(claim.uid, response);
         }
+        self.metrics.prepared_claims(prepared.claims.len());
         responses
     }
 

@@ -10,10 +10,7 @@ pub mod driver;
 pub mod registration;
 pub mod slice;
 
-use std::{
-    path::PathBuf,
-    sync::{Arc, atomic::AtomicBool},
-};
+use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context;
 use fakegpu_api::names::resource::GPU_DRIVER;
@@ -23,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::{
     lenient_grpc,
+    metrics::Metrics,
     proto::dra::{v1, v1beta1},
     topology_source::Topology,
     uds,
@@ -66,6 +64,7 @@ pub async fn run(
     settings: Settings,
     client: Client,
     topology: Topology,
+    metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let mut ready = topology.clone();
@@ -80,6 +79,7 @@ pub async fn run(
         }
     };
     info!(node = %settings.node, prepared = checkpoint.claims.len(), "DRA plugin starting");
+    metrics.prepared_claims(checkpoint.claims.len());
     let nvidia_smi = settings
         .nvidia_smi
         .is_file()
@@ -98,6 +98,7 @@ pub async fn run(
             checkpoint: settings.checkpoint(),
         },
         prepared: tokio::sync::Mutex::new(checkpoint),
+        metrics: metrics.clone(),
     });
     let service_socket = settings.service_socket();
     let registration_socket = settings.registration_socket();
@@ -115,7 +116,7 @@ pub async fn run(
     let registrar = registration::Registrar {
         driver: GPU_DRIVER.to_owned(),
         endpoint: service_socket.to_string_lossy().into_owned(),
-        registered: Arc::new(AtomicBool::new(false)),
+        metrics,
     };
     let registration = lenient_grpc::serve(
         uds::bind(&registration_socket)?,

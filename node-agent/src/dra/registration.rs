@@ -2,10 +2,7 @@
 //! `plugins_registry` directory: which DRA driver this is, where its service listens, which
 //! service versions it speaks. Served by [`lenient_grpc`]: see there why not by tonic.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::Arc;
 
 use prost::Message;
 use tonic::Status;
@@ -13,6 +10,7 @@ use tracing::{error, info};
 
 use crate::{
     lenient_grpc,
+    metrics::Metrics,
     proto::pluginregistration::{
         InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
     },
@@ -29,8 +27,7 @@ pub struct Registrar {
     pub driver: String,
     /// Absolute path of the DRA service socket.
     pub endpoint: String,
-    /// Whether the kubelet said it registered the plugin.
-    pub registered: Arc<AtomicBool>,
+    pub metrics: Metrics,
 }
 
 impl Registrar {
@@ -44,8 +41,8 @@ impl Registrar {
     }
 
     pub fn notify(&self, status: &RegistrationStatus) {
-        self.registered
-            .store(status.plugin_registered, Ordering::Relaxed);
+        self.metrics
+            .registered(crate::metrics::DRA, status.plugin_registered);
         if status.plugin_registered {
             info!(driver = %self.driver, "the kubelet registered the DRA plugin");
         } else {
