@@ -36,6 +36,7 @@ header="| nodes | pools | node creation s | converge s | operator CPU s | operat
   echo "$header"
   echo "|---|---|---|---|---|---|---|---|---|---|"
 } >"$results"
+profiles=()
 for n in "${sizes[@]}"; do
   cleanup
   rm -rf "$FAKEGPU_CLUSTER_DIR"
@@ -44,8 +45,16 @@ for n in "${sizes[@]}"; do
   hack/operator.sh install
   hack/operator.sh restart
   echo "==> $n nodes, $pools pools, $pods pods" >&2
-  target/release/scale --nodes "$n" --pools "$pools" --pods "$pods" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
+  # Progress goes to driver.log (tail -f it); it is shown when the size is done.
+  target/release/scale --nodes "$n" --pools "$pools" --pods "$pods" \
+    2>"$FAKEGPU_CLUSTER_DIR/driver.log" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
+  cat "$FAKEGPU_CLUSTER_DIR/driver.log" >&2
   head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
+  profiles+=("$n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
 done
+{
+  echo
+  for line in "${profiles[@]}"; do echo "- $line"; done
+} >>"$results"
 echo
 cat "$results"

@@ -88,13 +88,13 @@ pub async fn run(
             pools_for_node_controller,
         ],
     ) = fan_out(pool_events);
-    // Nodes keep fakegpu's managed-fields entries (they tell which status entries are
-    // fakegpu's); every other cached kind drops them: they are most of an object's size.
+    // Nodes keep what the controllers read (fakegpu's managed-fields entries tell which status
+    // entries are fakegpu's); other kinds drop managed fields: they are most of their size.
     let node_events = cached(
         Api::all(client.clone()),
         all.clone(),
         node_writer,
-        apply::keep_own_managed_fields,
+        node::slim,
     )
     .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);

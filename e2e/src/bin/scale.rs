@@ -103,6 +103,30 @@ fn operator_pid() -> anyhow::Result<u32> {
     Ok(text.trim().parse()?)
 }
 
+/// The processes whose CPU time the convergence is split into: where the time goes.
+const PROFILED: [&str; 5] = [
+    "kube-apiserver",
+    "etcd",
+    "kwok",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// CPU seconds so far of each profiled control-plane process, the operator and this driver.
+fn cpu_by_process(operator: u32) -> anyhow::Result<BTreeMap<&'static str, f64>> {
+    let mut cpu = BTreeMap::new();
+    for name in PROFILED {
+        let pid: u32 = std::fs::read_to_string(cluster_dir().join(format!("run/{name}.pid")))
+            .with_context(|| format!("{name} pid file"))?
+            .trim()
+            .parse()?;
+        cpu.insert(name, process_usage(pid)?.0);
+    }
+    cpu.insert("fakegpu-operator", process_usage(operator)?.0);
+    cpu.insert("driver", process_usage(std::process::id())?.0);
+    Ok(cpu)
+}
+
 /// (CPU seconds so far, peak RSS in MiB) of a process.
 fn process_usage(pid: u32) -> anyhow::Result<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -315,6 +339,7 @@ async fn main() -> anyhow::Result<()> {
     let pid = operator_pid()?;
     let writes_before = operator_writes()?;
     let (cpu_before, _) = process_usage(pid)?;
+    let profile_before = cpu_by_process(pid)?;
     let t0 = Instant::now();
     for i in 0..args.pools {
         create_pool(&client, &pool_name(i), pool_spec(i).0).await?;
@@ -344,6 +369,27 @@ async fn main() -> anyhow::Result<()> {
     }
     let converge = t0.elapsed();
     let (cpu_after, _) = process_usage(pid)?;
+    let profile: BTreeMap<&str, f64> = cpu_by_process(pid)?
+        .into_iter()
+        .map(|(name, after)| {
+            (
+                name,
+                after - profile_before.get(name).copied().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let busy: f64 = profile.values().sum();
+    eprintln!(
+        "CPU seconds during convergence ({:.1} s wall, {:.1} CPU-s, {} cores): {}",
+        converge.as_secs_f64(),
+        busy,
+        std::thread::available_parallelism().map_or(0, usize::from),
+        profile
+            .iter()
+            .map(|(name, cpu)| format!("{name} {cpu:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let first_pass = quiet_writes(Duration::from_secs(5)).await? - writes_before;
     let (_, peak_rss) = process_usage(pid)?;
     eprintln!(
@@ -377,6 +423,7 @@ async fn main() -> anyhow::Result<()> {
         ("resync_writes", json!(resync)),
         ("gpu_pods_per_s", json!(gpu_rate)),
         ("plain_pods_per_s", json!(plain_rate)),
+        ("convergence_cpu_s_by_process", json!(profile)),
     ]);
     println!(
         "| {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2} | {} | {:.0} | {:.0} |",

@@ -12,14 +12,14 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fakegpu_api::{
     GpuNodePool,
-    names::{annotation, fakegpu::POOL_LABEL, topology::DATA_KEY},
+    names::{annotation, condition, fakegpu::POOL_LABEL, topology::DATA_KEY},
     nrt::NodeResourceTopology,
     pool::resolve::{ResolvedGpu, resolve},
     topology::{NodeTopology, parse_gpu_indices},
 };
 use k8s_openapi::{
     api::{
-        core::v1::{ConfigMap, Node},
+        core::v1::{ConfigMap, Node, NodeStatus},
         resource::v1::ResourceSlice,
     },
     apimachinery::pkg::apis::meta::v1::Time,
@@ -34,6 +34,27 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::{Context, Error, Result, apply, membership, tracking};
+
+/// Trims a cached node to what the controllers read: metadata (fakegpu's managed-fields entry
+/// only), capacity, allocatable and the fractioning condition. At 10 000 nodes the rest (images,
+/// addresses, node info, the kubelet's conditions, spec) is most of the operator's memory.
+pub fn slim(node: &mut Node) {
+    apply::keep_own_managed_fields(node);
+    node.spec = None;
+    if let Some(status) = node.status.as_mut() {
+        *status = NodeStatus {
+            capacity: status.capacity.take(),
+            allocatable: status.allocatable.take(),
+            conditions: status.conditions.take().map(|conditions| {
+                conditions
+                    .into_iter()
+                    .filter(|c| c.type_ == condition::GPU_FRACTIONING_READY)
+                    .collect()
+            }),
+            ..Default::default()
+        };
+    }
+}
 
 /// KWOK nodes have no kubelet: no node agent runs there, the operator serves them centrally.
 pub fn has_kubelet(node: &Node) -> bool {
@@ -350,4 +371,45 @@ pub fn nodes_of_pool(nodes: &[Arc<Node>], pool: &GpuNodePool) -> Vec<ObjectRef<N
         .filter(|node| membership::concerns(pool, node.labels()))
         .map(|node| ObjectRef::from_obj(node.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn slimming_keeps_what_the_controllers_read() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [
+                {"manager": "kwok", "operation": "Update", "fieldsV1": {}},
+                {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": {}}]},
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8", "cpu": "32"},
+                "capacity": {"nvidia.com/gpu": "8"},
+                "images": [{"names": ["busybox"]}],
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "gpu-fractioning.nvidia.com/Ready", "status": "True"}],
+            },
+        }))
+        .expect("test node");
+        slim(&mut node);
+        assert_eq!(node.labels()["a"], "b");
+        assert!(node.spec.is_none());
+        let managers: Vec<_> = node
+            .managed_fields()
+            .iter()
+            .map(|m| m.manager.clone())
+            .collect();
+        assert_eq!(managers, [Some("fakegpu".to_owned())]);
+        let status = node.status.expect("status");
+        assert_eq!(status.allocatable.expect("allocatable").len(), 2);
+        assert!(status.images.is_none());
+        let conditions = status.conditions.expect("conditions");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, condition::GPU_FRACTIONING_READY);
+    }
 }
