@@ -7,8 +7,9 @@
 #   hack/operator.sh start     install, build, start in the background with a ServiceAccount token
 #   hack/operator.sh restart   stop and start again with the binary already built (a full resync)
 #   hack/operator.sh stop      stop the operator that `start` started
-#   hack/operator.sh agent-kubeconfig   print the path of a kubeconfig for the node agent's
-#                                       ServiceAccount (the harness runs the agent with it)
+#   hack/operator.sh kubeconfig ACCOUNT  install, then print the path of a kubeconfig for one
+#                                        of the bundle's ServiceAccounts (the tests run the
+#                                        node agent and the exporter with theirs)
 #
 # Logs and the pid file go to $FAKEGPU_CLUSTER_DIR (default .cache/cluster). The operator serves
 # /metrics, /healthz and /readyz on $FAKEGPU_HTTP_ADDR (default 127.0.0.1:18080).
@@ -108,6 +109,6 @@ case ${1:-} in
   start) start ;;
   restart) launch ;;
   stop) stop ;;
-  agent-kubeconfig) install && service_account_kubeconfig fakegpu-node-agent ;;
-  *) echo "usage: $0 {install|start|restart|stop|agent-kubeconfig}" >&2; exit 2 ;;
+  kubeconfig) install && service_account_kubeconfig "${2:?which ServiceAccount}" ;;
+  *) echo "usage: $0 {install|start|restart|stop|kubeconfig ACCOUNT}" >&2; exit 2 ;;
 esac

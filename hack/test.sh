@@ -33,12 +33,14 @@ step "operator from the install bundle (its ServiceAccount, its RBAC)"
 hack/operator.sh start
 
 step "e2e tests (KUBECONFIG=$KUBECONFIG)"
+# The exporter e2e runs the binary itself.
+cargo build --locked -p fakegpu-exporter
 # --nocapture: the idempotence test prints the measured writes per node.
 cargo test --locked -p fakegpu-e2e -- --nocapture
 
 step "node agent driven by the kubelet's own device manager code (hack/kubelet-harness)"
 cargo build --locked -p fakegpu-node-agent
 # The agent runs with the bundle's node-agent ServiceAccount, so a missing RBAC rule fails.
-FAKEGPU_AGENT_KUBECONFIG=$(hack/operator.sh agent-kubeconfig) \
+FAKEGPU_AGENT_KUBECONFIG=$(hack/operator.sh kubeconfig fakegpu-node-agent) \
   FAKEGPU_NODE_AGENT=$repo/target/debug/fakegpu-node-agent \
   go -C hack/kubelet-harness test ./... -count=1 -v

@@ -242,6 +242,37 @@ pub mod metric {
     pub const AGENT_PREPARED_CLAIMS: &str = "fakegpu_node_agent_prepared_claims";
 }
 
+/// dcgm-exporter's metric and label names, which fakegpu-exporter publishes so that NVIDIA's
+/// Grafana dashboard and queries written for real GPUs work unchanged.
+pub mod dcgm {
+    /// Gauge, percent: GPU utilization.
+    pub const GPU_UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
+    /// Gauge, MiB: framebuffer used.
+    pub const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
+    /// Gauge, MiB: framebuffer free.
+    pub const FB_FREE: &str = "DCGM_FI_DEV_FB_FREE";
+    /// Gauge, ratio 0..1: graphics engine activity (the profiling dashboards' utilization).
+    pub const GR_ENGINE_ACTIVE: &str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
+    /// Label names, in dcgm-exporter's order. The hostname label is `Hostname` in released
+    /// dcgm-exporter images (`hostname` at its repository head); see the exporter's settings.
+    pub const LABELS: [&str; 10] = [
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+        "DCGM_FI_DRIVER_VERSION",
+        "container",
+        "namespace",
+        "pod",
+    ];
+    /// Index of the hostname label in [`LABELS`].
+    pub const HOSTNAME_LABEL: usize = 5;
+    /// The port dcgm-exporter listens on.
+    pub const PORT: u16 = 9400;
+}
+
 /// The per-node topology ConfigMap, kept readable by tools written for the reference's
 /// `topology-<node>` ConfigMaps.
 pub mod topology {

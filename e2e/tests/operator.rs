@@ -68,6 +68,30 @@ fn condition<'a>(pool: &'a GpuNodePool, type_: &str) -> Option<(&'a str, &'a str
     Some((condition.status.as_str(), condition.reason.as_str()))
 }
 
+/// Waits for a Warning Event about pool `pool` with `reason` whose note mentions `mention`.
+async fn warning_event(
+    client: &Client,
+    pool: &str,
+    reason: &str,
+    mention: &str,
+) -> anyhow::Result<()> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    eventually(&format!("Warning Event {reason}"), CONVERGE, || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| n.contains(mention))
+            })
+            .then_some(()))
+    })
+    .await
+}
+
 /// Waits until the pool's status is current, Ready, and counts `nodes` nodes.
 async fn ready_pool(client: &Client, name: &str, nodes: u32) -> anyhow::Result<GpuNodePool> {
     eventually(
@@ -373,21 +397,7 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
             "a pool that does not resolve labelled a node"
         );
 
-        let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        eventually("Warning Event UnknownProfile", CONVERGE, || async {
-            let list = events.list(&ListParams::default()).await?;
-            Ok(list
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool.as_str())
-                        && e.reason.as_deref() == Some("UnknownProfile")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.note.as_deref().is_some_and(|n| n.contains("future-gpu"))
-                })
-                .then_some(()))
-        })
-        .await?;
+        warning_event(&client, &pool, "UnknownProfile", "future-gpu").await?;
 
         // Fixing the profile brings the pool up.
         pools(&client)
@@ -682,19 +692,7 @@ async fn a_node_that_cannot_be_labelled_becomes_a_condition() -> anyhow::Result<
                 .map(drop))
         })
         .await?;
-        let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        eventually("Warning Event NodeUpdateFailed", CONVERGE, || async {
-            let list = events.list(&ListParams::default()).await?;
-            Ok(list
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool.as_str())
-                        && e.reason.as_deref() == Some("NodeUpdateFailed")
-                })
-                .then_some(()))
-        })
-        .await?;
+        warning_event(&client, &pool, "NodeUpdateFailed", &node).await?;
 
         bindings
             .delete(&policy_name, &DeleteParams::default())

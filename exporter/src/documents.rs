@@ -1,0 +1,89 @@
+//! The topology documents of all pool nodes, kept current by a watch on the topology
+//! ConfigMaps and parsed once per version, not once per scrape. A malformed document is logged
+//! and the node's last good one kept.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use fakegpu_api::{
+    names::topology::{DATA_KEY, NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+    topology::NodeTopology,
+};
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{WatchStreamExt, watcher},
+};
+use parking_lot::RwLock;
+use tracing::warn;
+
+/// Node name -> its document.
+pub type Snapshot = BTreeMap<String, Arc<NodeTopology>>;
+
+#[derive(Debug, Default, Clone)]
+pub struct Documents {
+    nodes: Arc<RwLock<Snapshot>>,
+}
+
+impl Documents {
+    /// The documents now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.nodes.read().clone()
+    }
+
+    /// Takes one version of a ConfigMap.
+    pub fn apply(&self, configmap: &ConfigMap) {
+        let Some(node) = configmap.labels().get(NODE_NAME_LABEL) else {
+            return;
+        };
+        let parsed = configmap
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DATA_KEY))
+            .ok_or_else(|| format!("no {DATA_KEY} key"))
+            .and_then(|text| NodeTopology::from_yaml(text).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(document) => {
+                self.nodes.write().insert(node.clone(), Arc::new(document));
+            }
+            Err(reason) => warn!(node = %node, %reason, "ignoring malformed topology document"),
+        }
+    }
+
+    pub fn delete(&self, configmap: &ConfigMap) {
+        if let Some(node) = configmap.labels().get(NODE_NAME_LABEL) {
+            self.nodes.write().remove(node);
+        }
+    }
+
+    /// Follows the topology ConfigMaps of `namespace` until the watch ends.
+    pub async fn follow(&self, client: Client, namespace: &str) {
+        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        let config = watcher::Config::default().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
+        let events = watcher(api, config).default_backoff();
+        futures::pin_mut!(events);
+        let mut fresh: Option<Snapshot> = None;
+        loop {
+            match events.try_next().await {
+                Ok(Some(watcher::Event::Apply(cm))) => self.apply(&cm),
+                Ok(Some(watcher::Event::Delete(cm))) => self.delete(&cm),
+                // A relist replaces everything: nodes gone meanwhile must go.
+                Ok(Some(watcher::Event::Init)) => fresh = Some(Snapshot::new()),
+                Ok(Some(watcher::Event::InitApply(cm))) => {
+                    let scratch = Documents::default();
+                    scratch.apply(&cm);
+                    if let Some(fresh) = fresh.as_mut() {
+                        fresh.extend(scratch.snapshot());
+                    }
+                }
+                Ok(Some(watcher::Event::InitDone)) => {
+                    if let Some(fresh) = fresh.take() {
+                        *self.nodes.write() = fresh;
+                    }
+                }
+                Ok(None) => return,
+                Err(error) => warn!(%error, "watching topology ConfigMaps"),
+            }
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! fakegpu-exporter: per GPU of every pool node (KWOK nodes included, served centrally as the
+//! reference's KWOK status exporter does), the metrics dcgm-exporter publishes, with its names
+//! and labels, so that NVIDIA's Grafana dashboard and queries written for real GPUs work.
+//!
+//! - [`documents`]: the topology ConfigMaps, watched, parsed once per version;
+//! - [`draws`]: utilization values drawn from each pod's range, kept for an interval;
+//! - [`render`]: documents and draws into samples (pure), samples into the text format.
+
+pub mod documents;
+pub mod draws;
+pub mod render;

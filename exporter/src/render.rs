@@ -1,0 +1,205 @@
+//! Documents and utilization draws into dcgm-exporter's series (pure), and those into the
+//! Prometheus text format.
+
+use std::time::Instant;
+
+use fakegpu_api::{names::dcgm, topology::NodeTopology};
+use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
+
+use crate::{documents::Snapshot, draws::Draws};
+
+/// One GPU's values and labels (in [`dcgm::LABELS`] order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSample {
+    pub labels: [String; 10],
+    pub utilization: f64,
+    pub fb_used: f64,
+    pub fb_free: f64,
+}
+
+/// dcgm-exporter's PCI bus id has an 8-digit domain (`00000000:07:00.0`).
+fn dcgm_bus_id(bus_id: &str) -> String {
+    match bus_id.split_once(':') {
+        Some((domain, rest)) => format!("{domain:0>8}:{rest}"),
+        None => bus_id.to_owned(),
+    }
+}
+
+/// The samples of one node's GPUs: utilization the sum of its pods' draws (at most 100),
+/// framebuffer used the sum of their allocations (at most the GPU's), the holder's pod labels.
+pub fn node_samples(
+    node: &str,
+    document: &NodeTopology,
+    draws: &Draws,
+    now: Instant,
+) -> Vec<GpuSample> {
+    document
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let usage = &gpu.status.pod_gpu_usage_status;
+            let utilization: u32 = usage
+                .iter()
+                .map(|(pod, u)| u32::from(draws.value(pod, &gpu.id, u.utilization, now)))
+                .sum();
+            let used = usage
+                .values()
+                .map(|u| u.fb_used)
+                .sum::<u64>()
+                .min(document.gpu_memory);
+            let holder = &gpu.status.allocated_by;
+            GpuSample {
+                labels: [
+                    gpu.index.to_string(),
+                    gpu.id.clone(),
+                    dcgm_bus_id(&gpu.pci_bus_id),
+                    format!("nvidia{}", gpu.index),
+                    document.gpu_product.clone(),
+                    node.to_owned(),
+                    document.driver_version.clone(),
+                    holder.container.clone(),
+                    holder.namespace.clone(),
+                    holder.pod.clone(),
+                ],
+                utilization: f64::from(utilization.min(100)),
+                fb_used: used as f64,
+                fb_free: document.gpu_memory.saturating_sub(used) as f64,
+            }
+        })
+        .collect()
+}
+
+/// Every GPU of every node; draws of pods gone from the documents are forgotten.
+pub fn samples(snapshot: &Snapshot, draws: &Draws, now: Instant) -> Vec<GpuSample> {
+    let samples: Vec<GpuSample> = snapshot
+        .iter()
+        .flat_map(|(node, document)| node_samples(node, document, draws, now))
+        .collect();
+    draws.retain(|pod, gpu| {
+        snapshot.values().any(|d| {
+            d.gpus
+                .iter()
+                .any(|g| g.id == gpu && g.status.pod_gpu_usage_status.contains_key(pod))
+        })
+    });
+    samples
+}
+
+/// The text format of `samples`; `hostname_label` names the hostname label (`Hostname` or
+/// `hostname`).
+pub fn encode(samples: &[GpuSample], hostname_label: &str) -> Result<String, prometheus::Error> {
+    let mut labels = dcgm::LABELS;
+    labels[dcgm::HOSTNAME_LABEL] = hostname_label;
+    let registry = Registry::new();
+    let gauge = |name: &str, help: &str| -> Result<GaugeVec, prometheus::Error> {
+        let vec = GaugeVec::new(Opts::new(name, help), &labels)?;
+        registry.register(Box::new(vec.clone()))?;
+        Ok(vec)
+    };
+    let util = gauge(dcgm::GPU_UTIL, "GPU utilization (in %).")?;
+    let used = gauge(dcgm::FB_USED, "Framebuffer memory used (in MiB).")?;
+    let free = gauge(dcgm::FB_FREE, "Framebuffer memory free (in MiB).")?;
+    let active = gauge(
+        dcgm::GR_ENGINE_ACTIVE,
+        "Ratio of time the graphics engine is active.",
+    )?;
+    for sample in samples {
+        let values: Vec<&str> = sample.labels.iter().map(String::as_str).collect();
+        util.with_label_values(&values).set(sample.utilization);
+        used.with_label_values(&values).set(sample.fb_used);
+        free.with_label_values(&values).set(sample.fb_free);
+        active
+            .with_label_values(&values)
+            .set(sample.utilization / 100.0);
+    }
+    let mut buffer = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut buffer)?;
+    String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+    use fakegpu_api::topology::{
+        AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds,
+    };
+
+    use super::*;
+
+    fn document() -> NodeTopology {
+        let busy = GpuStatus {
+            allocated_by: AllocatedBy {
+                namespace: "team-a".into(),
+                pod: "job-0".into(),
+                container: "train".into(),
+            },
+            pod_gpu_usage_status: BTreeMap::from([(
+                "uid-1".to_owned(),
+                PodGpuUsage {
+                    utilization: UtilizationBounds { min: 40, max: 40 },
+                    fb_used: 30000,
+                    use_knative_utilization: false,
+                },
+            )]),
+        };
+        NodeTopology {
+            gpu_memory: 81559,
+            gpu_product: "NVIDIA H100 80GB HBM3".into(),
+            driver_version: "550.163.01".into(),
+            gpus: vec![
+                GpuTopology {
+                    id: "GPU-a".into(),
+                    index: 0,
+                    pci_bus_id: "0000:01:00.0".into(),
+                    status: busy,
+                    ..Default::default()
+                },
+                GpuTopology {
+                    id: "GPU-b".into(),
+                    index: 1,
+                    pci_bus_id: "0000:02:00.0".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn series_follow_the_pods_on_each_gpu() {
+        let draws = Draws::new(Duration::from_secs(10));
+        let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document()))]);
+        let samples = samples(&snapshot, &draws, Instant::now());
+        assert_eq!(samples[0].utilization, 40.0);
+        assert_eq!((samples[0].fb_used, samples[0].fb_free), (30000.0, 51559.0));
+        assert_eq!(samples[1].utilization, 0.0);
+        assert_eq!(samples[1].fb_free, 81559.0);
+        let text = encode(&samples, "Hostname").expect("encodes");
+        // The prometheus crate renders labels sorted by name; Prometheus reads them by name.
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.contains(r#"UUID="GPU-a""#))
+            .expect("GPU-a utilization series");
+        for pair in [
+            r#"gpu="0""#,
+            r#"pci_bus_id="00000000:01:00.0""#,
+            r#"device="nvidia0""#,
+            r#"modelName="NVIDIA H100 80GB HBM3""#,
+            r#"Hostname="node-1""#,
+            r#"DCGM_FI_DRIVER_VERSION="550.163.01""#,
+            r#"container="train""#,
+            r#"namespace="team-a""#,
+            r#"pod="job-0""#,
+        ] {
+            assert!(line.contains(pair), "{pair} missing in {line}");
+        }
+        assert!(line.ends_with(" 40"), "{line}");
+        assert!(text.contains("DCGM_FI_DEV_FB_USED{"), "{text}");
+        assert!(
+            encode(&samples, "hostname")
+                .expect("encodes")
+                .contains(r#"hostname="node-1""#)
+        );
+    }
+}
