@@ -26,6 +26,17 @@ pub mod label {
 
     /// KWOK's conventional node label (`type=kwok`); users select KWOK nodes with it.
     pub const KWOK_TYPE: &str = "type";
+    /// Pod label of Run:ai workloads: pods of inference kinds take their GPU utilization from
+    /// their Knative revision's request rate (see [`INFERENCE_WORKLOAD_KINDS`]).
+    pub const WORKLOAD_KIND: &str = "workloadKind";
+    /// [`WORKLOAD_KIND`] values of inference workloads: Run:ai's CRD kinds and the reference's
+    /// short names.
+    pub const INFERENCE_WORKLOAD_KINDS: &[&str] = &[
+        "InferenceWorkload",
+        "DistributedWorkload",
+        "Inference",
+        "Distributed",
+    ];
     /// Value of [`KWOK_TYPE`] on KWOK nodes.
     pub const KWOK_TYPE_VALUE: &str = "kwok";
 
@@ -226,6 +237,9 @@ pub mod metric {
     pub const WRITES: &str = "fakegpu_operator_writes_total";
     /// Gauge: 1 while the replica holds the leader lease.
     pub const LEADER: &str = "fakegpu_operator_leader";
+    /// Exporter gauge: 1 when the last Prometheus query for inference pods' request rates was
+    /// answered, 0 when those pods fell back to their utilization range.
+    pub const EXPORTER_KNATIVE_UP: &str = "fakegpu_exporter_knative_up";
     /// Node agent gauge: GPUs in the node's topology document.
     pub const AGENT_GPUS: &str = "fakegpu_node_agent_gpus";
     /// Node agent gauge: of those, GPUs marked unhealthy.

@@ -1,6 +1,6 @@
 //! fakegpu-exporter against the test cluster, run as the bundle's `fakegpu-exporter`
-//! ServiceAccount: a pod's GPU shows the pod's utilization range and framebuffer, with
-//! dcgm-exporter's names and labels; a free GPU shows nothing used.
+//! ServiceAccount, scraped by a real Prometheus: GPUs show their pods' utilization ranges,
+//! inference pods' request rates and framebuffer, with dcgm-exporter's names and labels.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context;
-use fakegpu_api::names::{annotation, dcgm, label};
+use fakegpu_api::names::{annotation, dcgm, label, metric};
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually, http_get,
     install_crds, repo_root, running_pod, unique_name,
@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::PostParams};
 use serde_json::json;
 
-const CONVERGE: Duration = Duration::from_secs(60);
+const CONVERGE: Duration = Duration::from_secs(90);
 
 /// The exporter binary, run with a token of the bundle's ServiceAccount; killed on drop.
 struct Exporter {
@@ -32,7 +32,7 @@ impl Drop for Exporter {
     }
 }
 
-fn start_exporter() -> anyhow::Result<Exporter> {
+fn start_exporter(prometheus: &str) -> anyhow::Result<Exporter> {
     let root = repo_root();
     let output = Command::new(root.join("hack/operator.sh"))
         .args(["kubeconfig", "fakegpu-exporter"])
@@ -48,6 +48,8 @@ fn start_exporter() -> anyhow::Result<Exporter> {
         .env("KUBECONFIG", kubeconfig)
         .env("FAKEGPU_NAMESPACE", "fakegpu-system")
         .env("FAKEGPU_EXPORTER_ADDR", &address)
+        .env("FAKEGPU_PROMETHEUS_URL", format!("http://{prometheus}"))
+        .env("FAKEGPU_UTILIZATION_INTERVAL_SECONDS", "1")
         .stdout(Stdio::null())
         .spawn()
         .context("starting target/debug/fakegpu-exporter (cargo build -p fakegpu-exporter)")?;
@@ -66,8 +68,138 @@ fn series_value(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64
         .and_then(|line| line.rsplit_once(' ')?.1.parse().ok())
 }
 
+/// A real Prometheus (Debian's `prometheus`, or `FAKEGPU_PROMETHEUS_BIN`) scraping `targets`
+/// every second; killed on drop.
+struct Prometheus {
+    child: Child,
+    address: String,
+    _dir: TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_address() -> anyhow::Result<String> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .to_string())
+}
+
+async fn start_prometheus(address: &str, targets: &[&str]) -> anyhow::Result<Prometheus> {
+    let dir = std::env::temp_dir().join(unique_name("prometheus"));
+    std::fs::create_dir_all(&dir)?;
+    let config = format!(
+        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n- job_name: fakegpu\n  static_configs: [{{targets: {targets:?}}}]\n"
+    );
+    std::fs::write(dir.join("prometheus.yml"), config)?;
+    let binary = std::env::var("FAKEGPU_PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".into());
+    let child = Command::new(&binary)
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={address}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {binary} (Debian package prometheus)"))?;
+    let prometheus = Prometheus {
+        child,
+        address: address.to_owned(),
+        _dir: TempDir(dir),
+    };
+    eventually("Prometheus ready", CONVERGE, || async {
+        Ok(http_get(&prometheus.address, "/-/ready").ok().map(drop))
+    })
+    .await?;
+    Ok(prometheus)
+}
+
+/// The value of the first series an instant query returns.
+fn query(prometheus: &str, promql: &str) -> Option<f64> {
+    let encoded: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let body = http_get(prometheus, &format!("/api/v1/query?query={encoded}")).ok()?;
+    let answer: serde_json::Value = serde_json::from_str(&body).ok()?;
+    answer["data"]["result"][0]["value"][1]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+/// A scrape target like a Knative revision's queue-proxy plus kube-state-metrics: the request
+/// counter of pod `pod` growing by `per_second`, and `kube_pod_info` tying the pod to its UID.
+async fn serve_request_counter(
+    pod: String,
+    uid: String,
+    per_second: f64,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let started = std::time::Instant::now();
+    let task = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let count = started.elapsed().as_secs_f64() * per_second;
+            let body = format!(
+                "# TYPE revision_app_request_count counter\nrevision_app_request_count{{pod=\"{pod}\"}} {count}\n# TYPE kube_pod_info gauge\nkube_pod_info{{pod=\"{pod}\",uid=\"{uid}\"}} 1\n"
+            );
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        }
+    });
+    Ok((address, task))
+}
+
+fn gpu_pod(name: &str, pool: &str, metadata: serde_json::Value) -> anyhow::Result<Pod> {
+    let mut metadata = metadata;
+    metadata["name"] = json!(name);
+    Ok(serde_json::from_value(json!({
+        "metadata": metadata,
+        "spec": {
+            "nodeSelector": {"fakegpu.dev/pool": pool},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "train", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }))?)
+}
+
+/// Through a real Prometheus scraping the exporter: a pod at "40-40" shows 40 on its GPU, its
+/// framebuffer fully used; an inference pod's GPU follows its revision's request rate (30/s ->
+/// 30 %); with Prometheus gone, the inference pod falls back to its range and the exporter
+/// says so.
 #[tokio::test]
-async fn a_pods_gpu_shows_its_utilization_and_memory() -> anyhow::Result<()> {
+async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
     let client = admin_client().await?;
     install_crds(&client).await?;
     let pool = unique_name("dcgm");
@@ -79,35 +211,83 @@ async fn a_pods_gpu_shows_its_utilization_and_memory() -> anyhow::Result<()> {
         .node(&node)
         .namespace(&namespace);
     let result = async {
-        let exporter = start_exporter()?;
-        create_pool(&client, &pool, json!({"gpu": {"profile": "h100", "count": 2}})).await?;
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "busy", "annotations": {annotation::SIMULATED_UTILIZATION: "40-40"}},
-            "spec": {
-                "nodeSelector": {"fakegpu.dev/pool": pool},
-                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [{"name": "train", "image": "busybox",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-            },
-        }))?;
-        Api::<Pod>::namespaced(client.clone(), &namespace)
-            .create(&PostParams::default(), &pod)
-            .await?;
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "h100", "count": 2}}),
+        )
+        .await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let busy = gpu_pod(
+            "busy",
+            &pool,
+            json!({"annotations": {annotation::SIMULATED_UTILIZATION: "40-40"}}),
+        )?;
+        pods.create(&PostParams::default(), &busy).await?;
+        let infer = gpu_pod(
+            "infer",
+            &pool,
+            json!({"labels": {label::WORKLOAD_KIND: "InferenceWorkload"}}),
+        )?;
+        let infer = pods.create(&PostParams::default(), &infer).await?;
+        let uid = infer.metadata.uid.clone().context("pod UID")?;
         running_pod(&client, &namespace, "busy", CONVERGE).await?;
-        let held = [
-            (dcgm::LABELS[dcgm::HOSTNAME_LABEL], node.as_str()),
-            ("pod", "busy"),
-            ("namespace", namespace.as_str()),
-            ("container", "train"),
-            ("modelName", "NVIDIA H100 80GB HBM3"),
-        ];
-        eventually("the pod's GPU at 40 % with its memory used", CONVERGE, || async {
-            let text = http_get(&exporter.address, "/metrics").unwrap_or_default();
-            let util = series_value(&text, dcgm::GPU_UTIL, &held);
-            let used = series_value(&text, dcgm::FB_USED, &held);
-            let free = series_value(&text, dcgm::FB_FREE, &held);
-            Ok((util == Some(40.0) && used == Some(81559.0) && free == Some(0.0)).then_some(()))
-        })
+        running_pod(&client, &namespace, "infer", CONVERGE).await?;
+
+        let (counter, counter_task) = serve_request_counter("infer".into(), uid, 30.0).await?;
+        let prometheus_address = free_address()?;
+        let exporter = start_exporter(&prometheus_address)?;
+        let prometheus =
+            start_prometheus(&prometheus_address, &[&exporter.address, &counter]).await?;
+
+        for (promql, want) in [
+            (
+                format!(
+                    "{}{{pod=\"busy\",namespace=\"{namespace}\"}}",
+                    dcgm::GPU_UTIL
+                ),
+                40.0,
+            ),
+            (
+                format!("{}{{pod=\"busy\",Hostname=\"{node}\"}}", dcgm::FB_USED),
+                81559.0,
+            ),
+            (format!("{}{{pod=\"busy\"}}", dcgm::FB_FREE), 0.0),
+        ] {
+            eventually(
+                &format!("Prometheus: {promql} = {want}"),
+                CONVERGE,
+                || async { Ok((query(&prometheus.address, &promql) == Some(want)).then_some(())) },
+            )
+            .await?;
+        }
+        let inference = format!("{}{{pod=\"infer\"}}", dcgm::GPU_UTIL);
+        eventually(
+            "Prometheus: the inference pod's GPU at its request rate",
+            CONVERGE,
+            || async {
+                let value = query(&prometheus.address, &inference);
+                Ok(value.filter(|v| (28.0..=31.0).contains(v)).map(drop))
+            },
+        )
+        .await?;
+
+        drop(prometheus);
+        counter_task.abort();
+        eventually(
+            "Prometheus gone: fallback to the range, said so",
+            CONVERGE,
+            || async {
+                let text = http_get(&exporter.address, "/metrics").unwrap_or_default();
+                let up = text
+                    .lines()
+                    .any(|l| l == format!("{} 0", metric::EXPORTER_KNATIVE_UP));
+                // No range for the inference pod: the reference's default, 100 %.
+                let fallback =
+                    series_value(&text, dcgm::GPU_UTIL, &[("pod", "infer")]) == Some(100.0);
+                Ok((up && fallback).then_some(()))
+            },
+        )
         .await?;
         let text = http_get(&exporter.address, "/metrics")?;
         let idle = [
@@ -115,9 +295,8 @@ async fn a_pods_gpu_shows_its_utilization_and_memory() -> anyhow::Result<()> {
             ("pod", ""),
         ];
         anyhow::ensure!(
-            series_value(&text, dcgm::GPU_UTIL, &idle) == Some(0.0)
-                && series_value(&text, dcgm::FB_USED, &idle) == Some(0.0),
-            "the free GPU shows use:\n{text}"
+            series_value(&text, dcgm::GPU_UTIL, &idle).is_none(),
+            "both GPUs are held; no GPU of the node should be free:\n{text}"
         );
         Ok(())
     }

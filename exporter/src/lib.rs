@@ -4,8 +4,10 @@
 //!
 //! - [`documents`]: the topology ConfigMaps, watched, parsed once per version;
 //! - [`draws`]: utilization values drawn from each pod's range, kept for an interval;
+//! - [`knative`]: inference pods' utilization from their request rate, asked of Prometheus;
 //! - [`render`]: documents and draws into samples (pure), samples into the text format.
 
 pub mod documents;
 pub mod draws;
+pub mod knative;
 pub mod render;

@@ -3,9 +3,16 @@
 //! Configuration from the environment: `FAKEGPU_NAMESPACE` (where the topology ConfigMaps are),
 //! `FAKEGPU_EXPORTER_ADDR` (default `0.0.0.0:9400`), `FAKEGPU_UTILIZATION_INTERVAL_SECONDS` (how
 //! long a drawn utilization holds, default 10), `FAKEGPU_HOSTNAME_LABEL` (`Hostname`, as
-//! released dcgm-exporter images spell it, or `hostname`).
+//! released dcgm-exporter images spell it, or `hostname`), `FAKEGPU_PROMETHEUS_URL` (where
+//! inference pods' request rates are read, default the reference's
+//! `http://prometheus-operated.runai:9090`).
 
-use std::{process::ExitCode, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    process::ExitCode,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use axum::{Router, extract::State, http::StatusCode, routing::get};
@@ -13,8 +20,13 @@ use fakegpu_api::names::{
     dcgm,
     fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV},
 };
-use fakegpu_exporter::{documents::Documents, draws::Draws, render};
-use tracing::{error, info};
+use fakegpu_exporter::{
+    documents::Documents,
+    draws::Draws,
+    knative::{self, Knative},
+    render,
+};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug)]
@@ -22,6 +34,46 @@ struct Exporter {
     documents: Documents,
     draws: Draws,
     hostname_label: String,
+    knative: Knative,
+    /// The last answer about request rates, when it was asked, whether Prometheus answered.
+    rates: tokio::sync::Mutex<Option<Rates>>,
+    interval: Duration,
+}
+
+#[derive(Debug)]
+struct Rates {
+    by_uid: HashMap<String, u8>,
+    at: Instant,
+    answered: bool,
+}
+
+impl Exporter {
+    /// Request rates of inference pods, asked again once the interval has passed; `None` when
+    /// no pod needs them.
+    async fn rates(&self, wanted: bool) -> Option<(HashMap<String, u8>, bool)> {
+        if !wanted {
+            return None;
+        }
+        let mut rates = self.rates.lock().await;
+        let stale = rates
+            .as_ref()
+            .is_none_or(|r| r.at.elapsed() >= self.interval);
+        if stale {
+            let (by_uid, answered) = match self.knative.utilization().await {
+                Ok(by_uid) => (by_uid, true),
+                Err(error) => {
+                    warn!(%error, "no request rates for inference pods; using their ranges");
+                    (HashMap::new(), false)
+                }
+            };
+            *rates = Some(Rates {
+                by_uid,
+                at: Instant::now(),
+                answered,
+            });
+        }
+        rates.as_ref().map(|r| (r.by_uid.clone(), r.answered))
+    }
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -30,8 +82,13 @@ fn env_or(name: &str, default: &str) -> String {
 
 async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) {
     let snapshot = exporter.documents.snapshot();
-    let samples = render::samples(&snapshot, &exporter.draws, std::time::Instant::now());
-    match render::encode(&samples, &exporter.hostname_label) {
+    let rates = exporter.rates(render::wants_knative(&snapshot)).await;
+    let (by_uid, up) = match rates {
+        Some((by_uid, answered)) => (by_uid, Some(answered)),
+        None => (HashMap::new(), None),
+    };
+    let samples = render::samples(&snapshot, &exporter.draws, &by_uid, Instant::now());
+    match render::encode(&samples, &exporter.hostname_label, up) {
         Ok(text) => (StatusCode::OK, text),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
     }
@@ -51,15 +108,19 @@ async fn run() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
+    let prometheus = env_or("FAKEGPU_PROMETHEUS_URL", knative::DEFAULT_URL);
     let exporter = Arc::new(Exporter {
         documents: Documents::default(),
         draws: Draws::new(Duration::from_secs(interval)),
         hostname_label,
+        knative: Knative::new(&prometheus),
+        rates: tokio::sync::Mutex::default(),
+        interval: Duration::from_secs(interval),
     });
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    info!(%addr, %namespace, "exporter serving /metrics");
+    info!(%addr, %namespace, %prometheus, "exporter serving /metrics");
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))

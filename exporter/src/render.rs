@@ -1,9 +1,12 @@
 //! Documents and utilization draws into dcgm-exporter's series (pure), and those into the
 //! Prometheus text format.
 
-use std::time::Instant;
+use std::{collections::HashMap, time::Instant};
 
-use fakegpu_api::{names::dcgm, topology::NodeTopology};
+use fakegpu_api::{
+    names::{dcgm, metric},
+    topology::NodeTopology,
+};
 use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
 
 use crate::{documents::Snapshot, draws::Draws};
@@ -25,12 +28,15 @@ fn dcgm_bus_id(bus_id: &str) -> String {
     }
 }
 
-/// The samples of one node's GPUs: utilization the sum of its pods' draws (at most 100),
+/// The samples of one node's GPUs: utilization the sum of its pods' values (at most 100),
 /// framebuffer used the sum of their allocations (at most the GPU's), the holder's pod labels.
+/// A pod's value is its Knative request rate when it is an inference pod and `knative` has
+/// its UID, else a draw from its range.
 pub fn node_samples(
     node: &str,
     document: &NodeTopology,
     draws: &Draws,
+    knative: &HashMap<String, u8>,
     now: Instant,
 ) -> Vec<GpuSample> {
     document
@@ -40,7 +46,16 @@ pub fn node_samples(
             let usage = &gpu.status.pod_gpu_usage_status;
             let utilization: u32 = usage
                 .iter()
-                .map(|(pod, u)| u32::from(draws.value(pod, &gpu.id, u.utilization, now)))
+                .map(|(pod, u)| {
+                    let rate = u
+                        .use_knative_utilization
+                        .then(|| knative.get(pod))
+                        .flatten();
+                    u32::from(
+                        rate.copied()
+                            .unwrap_or_else(|| draws.value(pod, &gpu.id, u.utilization, now)),
+                    )
+                })
                 .sum();
             let used = usage
                 .values()
@@ -70,10 +85,15 @@ pub fn node_samples(
 }
 
 /// Every GPU of every node; draws of pods gone from the documents are forgotten.
-pub fn samples(snapshot: &Snapshot, draws: &Draws, now: Instant) -> Vec<GpuSample> {
+pub fn samples(
+    snapshot: &Snapshot,
+    draws: &Draws,
+    knative: &HashMap<String, u8>,
+    now: Instant,
+) -> Vec<GpuSample> {
     let samples: Vec<GpuSample> = snapshot
         .iter()
-        .flat_map(|(node, document)| node_samples(node, document, draws, now))
+        .flat_map(|(node, document)| node_samples(node, document, draws, knative, now))
         .collect();
     draws.retain(|pod, gpu| {
         snapshot.values().any(|d| {
@@ -85,9 +105,25 @@ pub fn samples(snapshot: &Snapshot, draws: &Draws, now: Instant) -> Vec<GpuSampl
     samples
 }
 
+/// Whether any pod of `snapshot` takes its utilization from Knative.
+pub fn wants_knative(snapshot: &Snapshot) -> bool {
+    snapshot.values().any(|d| {
+        d.gpus.iter().any(|g| {
+            g.status
+                .pod_gpu_usage_status
+                .values()
+                .any(|u| u.use_knative_utilization)
+        })
+    })
+}
+
 /// The text format of `samples`; `hostname_label` names the hostname label (`Hostname` or
-/// `hostname`).
-pub fn encode(samples: &[GpuSample], hostname_label: &str) -> Result<String, prometheus::Error> {
+/// `hostname`); `knative_up`, once Prometheus was asked, whether it answered.
+pub fn encode(
+    samples: &[GpuSample],
+    hostname_label: &str,
+    knative_up: Option<bool>,
+) -> Result<String, prometheus::Error> {
     let mut labels = dcgm::LABELS;
     labels[dcgm::HOSTNAME_LABEL] = hostname_label;
     let registry = Registry::new();
@@ -111,6 +147,14 @@ pub fn encode(samples: &[GpuSample], hostname_label: &str) -> Result<String, pro
         active
             .with_label_values(&values)
             .set(sample.utilization / 100.0);
+    }
+    if let Some(up) = knative_up {
+        let gauge = prometheus::IntGauge::new(
+            metric::EXPORTER_KNATIVE_UP,
+            "1 when Prometheus answered the last request-rate query for inference pods.",
+        )?;
+        gauge.set(i64::from(up));
+        registry.register(Box::new(gauge))?;
     }
     let mut buffer = Vec::new();
     TextEncoder::new().encode(&registry.gather(), &mut buffer)?;
@@ -170,12 +214,13 @@ mod tests {
     fn series_follow_the_pods_on_each_gpu() {
         let draws = Draws::new(Duration::from_secs(10));
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document()))]);
-        let samples = samples(&snapshot, &draws, Instant::now());
+        let samples = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
         assert_eq!(samples[0].utilization, 40.0);
         assert_eq!((samples[0].fb_used, samples[0].fb_free), (30000.0, 51559.0));
         assert_eq!(samples[1].utilization, 0.0);
         assert_eq!(samples[1].fb_free, 81559.0);
-        let text = encode(&samples, "Hostname").expect("encodes");
+        let text = encode(&samples, "Hostname", None).expect("encodes");
+        assert!(!text.contains("knative"));
         // The prometheus crate renders labels sorted by name; Prometheus reads them by name.
         let line = text
             .lines()
@@ -197,9 +242,32 @@ mod tests {
         assert!(line.ends_with(" 40"), "{line}");
         assert!(text.contains("DCGM_FI_DEV_FB_USED{"), "{text}");
         assert!(
-            encode(&samples, "hostname")
+            encode(&samples, "hostname", Some(false))
                 .expect("encodes")
                 .contains(r#"hostname="node-1""#)
         );
+    }
+
+    #[test]
+    fn inference_pods_take_their_request_rate_and_fall_back_to_their_range() {
+        let mut document = document();
+        if let Some(usage) = document.gpus[0]
+            .status
+            .pod_gpu_usage_status
+            .get_mut("uid-1")
+        {
+            usage.use_knative_utilization = true;
+        }
+        let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
+        assert!(wants_knative(&snapshot));
+        let draws = Draws::new(Duration::from_secs(10));
+        let rates = HashMap::from([("uid-1".to_owned(), 27u8)]);
+        let with_rate = samples(&snapshot, &draws, &rates, Instant::now());
+        assert_eq!(with_rate[0].utilization, 27.0);
+        // Prometheus did not answer: the pod's range (40-40) again.
+        let without = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
+        assert_eq!(without[0].utilization, 40.0);
+        let text = encode(&without, "Hostname", Some(false)).expect("encodes");
+        assert!(text.contains("fakegpu_exporter_knative_up 0"), "{text}");
     }
 }

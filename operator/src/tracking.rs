@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fakegpu_api::{
     dra::gpu_index,
-    names::{annotation, resource},
+    names::{annotation, label, resource},
     topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
     utilization::UtilizationRange,
 };
@@ -159,7 +159,10 @@ pub fn usage(pod: &Pod, default: Option<UtilizationRange>, gpu_memory_mib: u64) 
         },
         // Bounded by the GPU's memory: the cast cannot overflow.
         fb_used: (gpu_memory_mib as f64 * fraction) as u64,
-        use_knative_utilization: false,
+        use_knative_utilization: pod
+            .labels()
+            .get(label::WORKLOAD_KIND)
+            .is_some_and(|kind| label::INFERENCE_WORKLOAD_KINDS.contains(&kind.as_str())),
     }
 }
 
@@ -456,5 +459,12 @@ mod tests {
         let usage_b = usage(&malformed, default, 1000);
         assert_eq!((usage_b.utilization.min, usage_b.fb_used), (5, 1000));
         assert_eq!(usage(&malformed, None, 1).utilization.max, 100);
+        assert!(!usage_b.use_knative_utilization);
+        let inference = pod(
+            "c",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"labels": {"workloadKind": "InferenceWorkload"}}}),
+        );
+        assert!(usage(&inference, None, 1).use_knative_utilization);
     }
 }
