@@ -7,7 +7,7 @@
 //! the events. kube's shared-store subscriptions were not used: they pass on applied objects
 //! only, and under load a pool deletion was seen to go unnoticed through them.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use fakegpu_api::{
     GpuNodePool,
@@ -180,9 +180,10 @@ pub async fn run(
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())
-        .watches_shared_stream(pools_for_node_controller, move |pool| {
-            node::nodes_of_pool(&node_store.state(), &pool)
-        })
+        .watches_shared_stream(
+            spec_changes(pools_for_node_controller, pools.clone()),
+            move |pool| node::nodes_of_pool(&node_store.state(), &pool),
+        )
         .watches_shared_stream(configmaps_for_nodes, |cm| {
             cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
         })
@@ -215,7 +216,10 @@ pub async fn run(
         // One pool's change can start or end another's conflict without any node changing
         // (the older pool keeps its node). Statuses are pure to compute and written only when
         // they differ, so every pool is looked at again.
-        .watches_shared_stream(pools_for_other_pools, to_every_pool(pools.clone()))
+        .watches_shared_stream(
+            spec_changes(pools_for_other_pools, pools.clone()),
+            to_every_pool(pools.clone()),
+        )
         // A DeviceClass written, deleted or taken over by someone else concerns DRA pools.
         .watches_shared_stream(device_classes_for_pools, to_every_pool(pools.clone()))
         .watches_shared_stream(for_pool_controller, move |node| {
@@ -314,6 +318,26 @@ where
         let metrics = ctx.metrics.clone();
         Box::pin(async move { metrics.measure(controller, reconcile(object, ctx)).await })
     }
+}
+
+/// Passes a pool on only when its spec or its existence changed: a new generation (spec edits,
+/// deletion requested), first sight, or gone from the cache. Status writes, about one a
+/// second per pool while nodes join, concern no node and no other pool; passing them on made
+/// every status write reconcile every node of the pool.
+fn spec_changes(
+    pools: impl Stream<Item = Arc<GpuNodePool>>,
+    cache: Store<GpuNodePool>,
+) -> impl Stream<Item = Arc<GpuNodePool>> {
+    let mut seen: HashMap<String, (Option<i64>, bool)> = HashMap::new();
+    pools.filter(move |pool| {
+        let state = (
+            pool.metadata.generation,
+            pool.metadata.deletion_timestamp.is_some(),
+        );
+        let changed = seen.insert(pool.name_any(), state) != Some(state);
+        let gone = cache.get(&ObjectRef::from_obj(pool.as_ref())).is_none();
+        future::ready(changed || gone)
+    })
 }
 
 /// A mapper that sends any event to every pool. Pool statuses are pure to compute and written

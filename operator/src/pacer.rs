@@ -1,8 +1,8 @@
-//! Paces writes to one object. While nodes join a pool by the thousand, every node event
-//! changes the pool's status a little (one more node, one more GPU); writing each change would
-//! cost a write per node per pool. A paced object is written at most once per interval; the
-//! reconcile that is held back asks to run again when the interval ends, so the last state is
-//! always written.
+//! Paces the work on one object. While nodes join a pool by the thousand, every node event
+//! changes the pool's status a little (one more node, one more GPU); computing the status reads
+//! every node, and writing each change would cost a write per node per pool. A paced object is
+//! looked at (and written) at most once per interval; the reconcile that is held back asks to
+//! run again when the interval ends, so the last state is always written.
 
 use std::{
     collections::HashMap,

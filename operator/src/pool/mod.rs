@@ -53,6 +53,11 @@ pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Acti
 /// Everything one live pool needs: the DeviceClasses of DRA pools, then its status.
 async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     deviceclass::ensure(ctx).await?;
+    // Computing a status reads every node; while nodes join, events come by the thousand.
+    let name = pool.name_any();
+    if let Some(wait) = ctx.pool_status_pacer.admit(&name, Instant::now()) {
+        return Ok(Action::requeue(wait));
+    }
     let now = Time(Timestamp::now());
     let foreign = deviceclass::foreign_classes(ctx);
     let allocated = |node: &str| node::allocated_gpus(ctx, node);
@@ -75,10 +80,6 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     };
     if pool.status.as_ref() == Some(&desired) {
         return Ok(next);
-    }
-    let name = pool.name_any();
-    if let Some(wait) = ctx.pool_status_pacer.admit(&name, Instant::now()) {
-        return Ok(Action::requeue(wait));
     }
     let before = status::conditions_by_type(pool.status.as_ref());
     for condition in &desired.conditions {
