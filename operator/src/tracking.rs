@@ -296,6 +296,9 @@ mod tests {
         if extra.metadata.annotations.is_some() {
             pod.metadata.annotations = extra.metadata.annotations;
         }
+        if extra.metadata.labels.is_some() {
+            pod.metadata.labels = extra.metadata.labels;
+        }
         if let Some(status) = extra.status {
             pod.status = Some(status);
         }
