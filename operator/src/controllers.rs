@@ -98,6 +98,8 @@ pub async fn run(
     )
     .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
+    let for_node_controller = node_changes(for_node_controller, nodes.clone());
+    let for_pool_controller = node_changes(for_pool_controller, nodes.clone());
     let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
         Api::namespaced(client.clone(), &namespace),
@@ -320,23 +322,68 @@ where
     }
 }
 
-/// Passes a pool on only when its spec or its existence changed: a new generation (spec edits,
-/// deletion requested), first sight, or gone from the cache. Status writes, about one a
-/// second per pool while nodes join, concern no node and no other pool; passing them on made
-/// every status write reconcile every node of the pool.
+/// Passes an object on only when `fingerprint` of it changed, it is seen for the first time,
+/// or it is gone from the cache (deleted). The cache already holds the event's version when
+/// the filter runs (the reflector comes first).
+fn changes<K>(
+    objects: impl Stream<Item = Arc<K>>,
+    cache: Store<K>,
+    fingerprint: impl Fn(&K) -> u64,
+) -> impl Stream<Item = Arc<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    objects.filter(move |object| {
+        let gone = cache.get(&ObjectRef::from_obj(object.as_ref())).is_none();
+        if gone {
+            seen.remove(&object.name_any());
+            return future::ready(true);
+        }
+        let print = fingerprint(object);
+        future::ready(seen.insert(object.name_any(), print) != Some(print))
+    })
+}
+
+fn hash(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+}
+
+/// Pools whose spec or existence changed (a new generation: spec edits, deletion requested).
+/// Status writes, about one a second per pool while nodes join, concern no node and no other
+/// pool; passing them on made every status write reconcile every node of the pool.
 fn spec_changes(
     pools: impl Stream<Item = Arc<GpuNodePool>>,
     cache: Store<GpuNodePool>,
 ) -> impl Stream<Item = Arc<GpuNodePool>> {
-    let mut seen: HashMap<String, (Option<i64>, bool)> = HashMap::new();
-    pools.filter(move |pool| {
-        let state = (
+    changes(pools, cache, |pool| {
+        hash(&(
             pool.metadata.generation,
             pool.metadata.deletion_timestamp.is_some(),
-        );
-        let changed = seen.insert(pool.name_any(), state) != Some(state);
-        let gone = cache.get(&ObjectRef::from_obj(pool.as_ref())).is_none();
-        future::ready(changed || gone)
+        ))
+    })
+}
+
+/// Nodes whose cached content changed. The cache keeps only what the controllers read (see
+/// [`node::slim`]), so KWOK's and the kubelet's heartbeats, which change nothing of it, no
+/// longer reconcile the node: at 5 000 nodes they were most of the operator's work.
+fn node_changes(
+    nodes: impl Stream<Item = Arc<Node>>,
+    cache: Store<Node>,
+) -> impl Stream<Item = Arc<Node>> {
+    changes(nodes, cache, |node| {
+        let meta = &node.metadata;
+        let status = serde_json::to_string(&node.status).unwrap_or_default();
+        let owned = serde_json::to_string(&meta.managed_fields).unwrap_or_default();
+        hash(&(
+            &meta.labels,
+            &meta.annotations,
+            meta.deletion_timestamp.is_some(),
+            &meta.uid,
+            status,
+            owned,
+        ))
     })
 }
 
