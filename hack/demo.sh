@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main job on a laptop-sized default: build, start the local control plane, install the
 # bundle (CRDs, RBAC, namespace) and run the operator with its ServiceAccount, create KWOK nodes
-# for each sample pool, apply the samples, and show what a user sees.
-# Everything keeps running; `hack/operator.sh stop; hack/cluster.sh down` stops it.
+# for each sample pool, apply the samples, run the examples, start the GPU metrics exporter, and
+# show what a user sees. Everything keeps running; the last line says how to stop it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 nodes_per_pool=${FAKEGPU_DEMO_NODES:-2}
+exporter_addr=${FAKEGPU_EXPORTER_ADDR:-127.0.0.1:19400}
 
 eval "$(hack/cluster.sh up)"
 kubectl=target/hack-bin/kubectl
@@ -46,7 +47,22 @@ show get gpunodepools
 node=$($kubectl get nodes -l fakegpu.dev/pool=a100-numa -o jsonpath='{.items[0].metadata.name}')
 echo; echo "\$ kubectl get configmap -n fakegpu-system topology-$node -o jsonpath='{.data.topology\\.yml}' | head -20"
 $kubectl get configmap -n fakegpu-system "topology-$node" -o jsonpath='{.data.topology\.yml}' | head -20
+
+echo; echo "==> GPU metrics: fakegpu-exporter on $exporter_addr, as its ServiceAccount"
+cargo build --quiet -p fakegpu-exporter
+exporter_kubeconfig=$(hack/operator.sh kubeconfig fakegpu-exporter)
+state=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
+if [[ -f $state/run/exporter.pid ]]; then kill "$(cat "$state/run/exporter.pid")" 2>/dev/null || true; fi
+KUBECONFIG=$exporter_kubeconfig FAKEGPU_NAMESPACE=fakegpu-system FAKEGPU_EXPORTER_ADDR=$exporter_addr \
+  setsid target/debug/fakegpu-exporter >>"$state/logs/exporter.log" 2>&1 </dev/null &
+echo $! >"$state/run/exporter.pid"
+for _ in $(seq 1 100); do
+  curl -sf "http://$exporter_addr/metrics" 2>/dev/null | grep -q 'pod="gpu-pod"' && break
+  sleep 0.2
+done
+echo "\$ curl -s $exporter_addr/metrics | grep '^DCGM_FI_DEV_GPU_UTIL' | grep -v 'pod=\"\"'"
+curl -s "http://$exporter_addr/metrics" | grep '^DCGM_FI_DEV_GPU_UTIL' | grep -v 'pod=""' || true
 echo
 echo "Use the cluster:"
 hack/cluster.sh env
-echo "Stop it: hack/operator.sh stop; hack/cluster.sh down"
+echo "Stop it: kill \$(cat $state/run/exporter.pid); hack/operator.sh stop; hack/cluster.sh down"
