@@ -708,3 +708,56 @@ async fn a_node_that_cannot_be_labelled_becomes_a_condition() -> anyhow::Result<
         .await;
     cleanup.after(result).await
 }
+
+/// A pod whose utilization annotation does not parse still runs and is tracked (at the pool's
+/// default), and gets one Warning Event naming the value and why.
+#[tokio::test]
+async fn a_malformed_utilization_annotation_becomes_an_event_on_the_pod() -> anyhow::Result<()> {
+    let (client, pool, node, cleanup) = pool_with_one_node("badutil").await?;
+    let namespace = fakegpu_e2e::create_namespace(&client, "badutil").await?;
+    let cleanup = cleanup.namespace(&namespace);
+    let result = async {
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
+        ready_pool(&client, &pool, 1).await?;
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "bad", "annotations": {annotation::SIMULATED_UTILIZATION: "30-10"}},
+            "spec": {
+                "nodeName": node,
+                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+        }))?;
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &pod)
+            .await?;
+        let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
+        eventually("Warning Event InvalidUtilization on the pod", CONVERGE, || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
+                        && e.reason.as_deref() == Some("InvalidUtilization")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.note.as_deref().is_some_and(|n| n.contains("30-10"))
+                })
+                .then_some(()))
+        })
+        .await?;
+        // Tracked all the same, at the reference's default (no pool default here).
+        eventually("the pod's GPU recorded at 100-100", CONVERGE, || async {
+            Ok(topology_of(&client, &node).await?.and_then(|(_, d)| {
+                d.gpus
+                    .iter()
+                    .flat_map(|g| g.status.pod_gpu_usage_status.values())
+                    .any(|u| (u.utilization.min, u.utilization.max) == (100, 100))
+                    .then_some(())
+            }))
+        })
+        .await
+    }
+    .await;
+    cleanup.after(result).await
+}

@@ -184,6 +184,7 @@ pub async fn run(
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
         node_failures: Default::default(),
+        reported_annotations: Default::default(),
         recent,
     });
     let node_store = nodes.clone();

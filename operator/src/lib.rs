@@ -12,6 +12,7 @@
 pub mod apply;
 pub mod controllers;
 pub mod deviceclass;
+pub mod events;
 pub mod leader;
 pub mod membership;
 pub mod metrics;
@@ -82,6 +83,9 @@ pub struct Context {
     /// The last error of each node whose reconcile fails, cleared when one succeeds; pools
     /// report them (a node that cannot be written keeps its pool from getting ready).
     pub node_failures: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
+    /// (pod UID, annotation value) of malformed utilization annotations already reported by
+    /// an Event, so that each is reported once.
+    pub reported_annotations: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
     /// Writes sent whose watch events have not arrived yet (see [`recent`]).
     pub recent: Arc<recent::RecentWrites>,
 }

@@ -14,7 +14,7 @@ use fakegpu_api::{
     dra::gpu_index,
     names::{annotation, label, resource},
     topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
-    utilization::UtilizationRange,
+    utilization::{UtilizationRange, UtilizationRangeError},
 };
 use k8s_openapi::{
     api::{
@@ -135,6 +135,15 @@ fn gpu_results(claim: &ResourceClaim) -> impl Iterator<Item = &DeviceRequestAllo
         .into_iter()
         .flatten()
         .filter(|r| r.driver == resource::GPU_DRIVER)
+}
+
+/// The pod's utilization annotation and why it does not parse, when it does not (the pod then
+/// runs at the pool's default; the user hears of it by an Event).
+pub fn malformed_utilization(pod: &Pod) -> Option<(String, UtilizationRangeError)> {
+    let text = pod.annotations().get(annotation::SIMULATED_UTILIZATION)?;
+    text.parse::<UtilizationRange>()
+        .err()
+        .map(|error| (text.clone(), error))
 }
 
 /// A pod's simulated use of each of its GPUs: the utilization its annotation asks for (else the
@@ -469,5 +478,17 @@ mod tests {
             json!({"metadata": {"labels": {"workloadKind": "InferenceWorkload"}}}),
         );
         assert!(usage(&inference, None, 1).use_knative_utilization);
+        for bad in ["30-10", "abc", "-5", "10-200"] {
+            let p = pod(
+                "d",
+                "2026-01-01T00:00:00Z",
+                json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": bad}}}),
+            );
+            assert!(
+                malformed_utilization(&p).is_some_and(|(value, _)| value == bad),
+                "{bad}"
+            );
+        }
+        assert!(malformed_utilization(&annotated).is_none());
     }
 }

@@ -26,14 +26,14 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{
-    Api, ResourceExt,
+    Api, Resource, ResourceExt,
     api::ListParams,
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::{Context, Error, Result, apply, membership, tracking};
+use crate::{Context, Error, Result, apply, events, membership, tracking};
 
 /// Trims a cached node to what the controllers read: metadata (fakegpu's managed-fields entry
 /// only), capacity, allocatable and the fractioning condition. At 10 000 nodes the rest (images,
@@ -85,6 +85,7 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             ensure_slice(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
+            report_malformed_utilization(&ctx, &node.name_any()).await;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
         // must not strip GPUs from nodes that run workloads.
@@ -239,6 +240,25 @@ fn desired_topology(
         .collect();
     tracking::assign(&mut document.gpus, &users);
     document
+}
+
+/// A Warning Event, once, on each pod of `node` whose utilization annotation does not parse.
+async fn report_malformed_utilization(ctx: &Context, node: &str) {
+    for pod in ctx.pods_by_node.pods_on(node, &ctx.pods) {
+        let Some((value, error)) = tracking::malformed_utilization(&pod) else {
+            continue;
+        };
+        let key = (pod.uid().unwrap_or_default(), value.clone());
+        if !ctx.reported_annotations.lock().insert(key) {
+            continue;
+        }
+        let message = format!(
+            "annotation {} {value:?} is not usable: {error}; the pod runs at its pool's default utilization",
+            annotation::SIMULATED_UTILIZATION
+        );
+        warn!(node, pod = %pod.name_any(), %message, "malformed utilization annotation");
+        events::warn_about(ctx, &pod.object_ref(&()), "InvalidUtilization", &message).await;
+    }
 }
 
 /// The ResourceSlice of a KWOK node in a DRA pool; none otherwise (the node agent publishes

@@ -17,7 +17,6 @@ use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         controller::Action,
-        events::{Event as KubeEvent, EventType, Recorder},
         finalizer::{self, Event, finalizer},
         reflector::ObjectRef,
     },
@@ -25,7 +24,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Error, Result, apply, deviceclass, membership, node};
+use crate::{Context, Error, Result, apply, deviceclass, events, membership, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -89,29 +88,19 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
             .is_none_or(|old| old.reason != condition.reason || old.message != condition.message);
         if bad && changed {
             warn!(pool = %name, reason = %condition.reason, message = %condition.message, "pool problem");
-            publish_warning(ctx, pool, &condition.reason, &condition.message).await;
+            events::warn_about(
+                ctx,
+                &pool.object_ref(&()),
+                &condition.reason,
+                &condition.message,
+            )
+            .await;
         }
     }
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
     let patch = json!({"apiVersion": GpuNodePool::api_version(&()), "kind": GpuNodePool::kind(&()), "status": desired});
     apply::apply_status(&pools, &name, &patch).await?;
     Ok(next)
-}
-
-/// Events are for people reading `kubectl describe`; failing to record one must not fail the
-/// reconcile.
-async fn publish_warning(ctx: &Context, pool: &GpuNodePool, reason: &str, message: &str) {
-    let recorder = Recorder::new(ctx.client.clone(), "fakegpu-operator".into());
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: reason.to_owned(),
-        note: Some(message.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &pool.object_ref(&())).await {
-        warn!(pool = %pool.name_any(), %error, "could not record Event");
-    }
 }
 
 /// Before the pool goes, its nodes lose the pool's labels and topology ConfigMaps; a node that
