@@ -161,9 +161,23 @@ pub enum TopologyError {
     Malformed(#[from] serde_yaml::Error),
     #[error("topology format version {0} is newer than this build understands ({FORMAT_VERSION})")]
     TooNew(u32),
+    #[error("topology ConfigMap has no {} key", crate::names::topology::DATA_KEY)]
+    MissingKey,
 }
 
 impl NodeTopology {
+    /// Reads the document of a topology ConfigMap (key [`crate::names::topology::DATA_KEY`]).
+    pub fn from_configmap(
+        configmap: &k8s_openapi::api::core::v1::ConfigMap,
+    ) -> Result<Self, TopologyError> {
+        let text = configmap
+            .data
+            .as_ref()
+            .and_then(|data| data.get(crate::names::topology::DATA_KEY))
+            .ok_or(TopologyError::MissingKey)?;
+        Self::from_yaml(text)
+    }
+
     /// Parses a document, refusing versions newer than this build.
     pub fn from_yaml(text: &str) -> Result<Self, TopologyError> {
         let topology: Self = serde_yaml::from_str(text)?;

@@ -384,12 +384,7 @@ pub async fn topology_of(
     else {
         return Ok(None);
     };
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(names::DATA_KEY))
-        .context("topology ConfigMap without topology.yml")?;
-    let document = fakegpu_api::topology::NodeTopology::from_yaml(text)?;
+    let document = fakegpu_api::topology::NodeTopology::from_configmap(&cm)?;
     Ok(Some((cm, document)))
 }
 

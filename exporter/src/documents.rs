@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use fakegpu_api::{
-    names::topology::{DATA_KEY, NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+    names::topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
     topology::NodeTopology,
 };
 use futures::TryStreamExt;
@@ -36,17 +36,11 @@ impl Documents {
         let Some(node) = configmap.labels().get(NODE_NAME_LABEL) else {
             return;
         };
-        let parsed = configmap
-            .data
-            .as_ref()
-            .and_then(|d| d.get(DATA_KEY))
-            .ok_or_else(|| format!("no {DATA_KEY} key"))
-            .and_then(|text| NodeTopology::from_yaml(text).map_err(|e| e.to_string()));
-        match parsed {
+        match NodeTopology::from_configmap(configmap) {
             Ok(document) => {
                 self.nodes.write().insert(node.clone(), Arc::new(document));
             }
-            Err(reason) => warn!(node = %node, %reason, "ignoring malformed topology document"),
+            Err(error) => warn!(node = %node, %error, "ignoring malformed topology document"),
         }
     }
 

@@ -4,10 +4,7 @@
 
 use std::sync::Arc;
 
-use fakegpu_api::{
-    names::topology::{CONFIGMAP_PREFIX, DATA_KEY},
-    topology::NodeTopology,
-};
+use fakegpu_api::{names::topology::CONFIGMAP_PREFIX, topology::NodeTopology};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -22,16 +19,6 @@ use crate::metrics::Metrics;
 /// The latest good document; `None` before the first one and after the ConfigMap is deleted
 /// (the node left its pool).
 pub type Topology = watch::Receiver<Option<Arc<NodeTopology>>>;
-
-/// Reads one version of the ConfigMap; the error says why it is malformed.
-pub fn read(configmap: &ConfigMap) -> Result<NodeTopology, String> {
-    let text = configmap
-        .data
-        .as_ref()
-        .and_then(|d| d.get(DATA_KEY))
-        .ok_or_else(|| format!("no {DATA_KEY} key"))?;
-    NodeTopology::from_yaml(text).map_err(|error| error.to_string())
-}
 
 /// Follows the ConfigMap of `node` into `sender` until the watch ends (it retries on errors
 /// with backoff, so that is at shutdown).
@@ -69,7 +56,7 @@ pub async fn follow(
 
 /// Takes one version of the ConfigMap; false when it was malformed (and ignored).
 fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &ConfigMap) -> bool {
-    match read(cm) {
+    match NodeTopology::from_configmap(cm) {
         Ok(topology) => {
             sender.send_if_modified(|current| {
                 if current.as_deref() == Some(&topology) {
@@ -90,6 +77,8 @@ fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &Con
 
 #[cfg(test)]
 mod tests {
+    use fakegpu_api::names::topology::DATA_KEY;
+
     use super::*;
 
     fn configmap(text: &str) -> ConfigMap {
@@ -101,8 +90,8 @@ mod tests {
 
     #[test]
     fn malformed_documents_are_kept_out() {
-        assert!(read(&configmap("gpus: [")).is_err());
-        assert!(read(&ConfigMap::default()).is_err());
+        assert!(NodeTopology::from_configmap(&configmap("gpus: [")).is_err());
+        assert!(NodeTopology::from_configmap(&ConfigMap::default()).is_err());
         let (sender, receiver) = watch::channel(None);
         let good = NodeTopology {
             version: fakegpu_api::topology::FORMAT_VERSION,

@@ -12,7 +12,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fakegpu_api::{
     GpuNodePool,
-    names::{annotation, condition, fakegpu::POOL_LABEL, topology::DATA_KEY},
+    names::{annotation, condition, fakegpu::POOL_LABEL},
     nrt::NodeResourceTopology,
     pool::resolve::{ResolvedGpu, resolve},
     topology::{NodeTopology, parse_gpu_indices},
@@ -217,9 +217,8 @@ fn desired_topology(
 ) -> NodeTopology {
     let name = node.name_any();
     // A document edited by hand into garbage is simply rebuilt.
-    let previous = cached_configmap(ctx, &name)
-        .and_then(|cm| cm.data.as_ref()?.get(DATA_KEY).cloned())
-        .and_then(|text| NodeTopology::from_yaml(&text).ok());
+    let previous =
+        cached_configmap(ctx, &name).and_then(|cm| NodeTopology::from_configmap(&cm).ok());
     let unhealthy = unhealthy_gpus(node);
     let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref(), &unhealthy);
     let default = pool
