@@ -80,8 +80,8 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     match resolve(&pool.spec.gpu) {
         Ok(gpu) => {
             ensure_labels(&ctx, &node, &pool, &gpu).await?;
-            ensure_status(&ctx, &node, &pool, &gpu).await?;
             let topology = desired_topology(&ctx, &node, &pool, &gpu);
+            ensure_status(&ctx, &node, &pool, &gpu, &topology).await?;
             ensure_slice(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
@@ -132,20 +132,18 @@ async fn apply_labels(ctx: &Context, node: &str, labels: &BTreeMap<String, Strin
     }
 }
 
-/// KWOK capacity and the fractioning condition, in one apply of the node's status.
+/// KWOK capacity and the fractioning condition, in one apply of the node's status. The GPUs
+/// the document marks unhealthy leave allocatable.
 async fn ensure_status(
     ctx: &Context,
     node: &Node,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
+    topology: &NodeTopology,
 ) -> Result<()> {
     let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
-    let unhealthy_gpus = unhealthy_gpus(node)
-        .iter()
-        .filter(|&&index| index < gpu.count)
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
-    let unhealthy_gpus = u32::try_from(unhealthy_gpus).unwrap_or(u32::MAX);
+    let unhealthy = topology.gpus.iter().filter(|g| !g.health.is_healthy());
+    let unhealthy_gpus = u32::try_from(unhealthy.count()).unwrap_or(u32::MAX);
     let now = Time(Timestamp::now());
     let allocatable = status::allocatable(&resources, unhealthy_gpus);
     let intent = status::StatusIntent {
