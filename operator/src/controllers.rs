@@ -42,7 +42,7 @@ use crate::{
     pacer::Pacer,
     pods::{self, PodsByNode},
     pool,
-    recent::RecentWrites,
+    recent::{RecentWrites, fingerprint},
     tracking,
 };
 
@@ -353,11 +353,6 @@ where
     })
 }
 
-fn hash(value: &impl std::hash::Hash) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
-}
-
 /// Pools whose spec or existence changed (a new generation: spec edits, deletion requested).
 /// Status writes, about one a second per pool while nodes join, concern no node and no other
 /// pool; passing them on made every status write reconcile every node of the pool.
@@ -366,7 +361,7 @@ fn spec_changes(
     cache: Store<GpuNodePool>,
 ) -> impl Stream<Item = Arc<GpuNodePool>> {
     changes(pools, cache, |pool| {
-        hash(&(
+        fingerprint(&(
             pool.metadata.generation,
             pool.metadata.deletion_timestamp.is_some(),
         ))
@@ -382,15 +377,13 @@ fn node_changes(
 ) -> impl Stream<Item = Arc<Node>> {
     changes(nodes, cache, |node| {
         let meta = &node.metadata;
-        let status = serde_json::to_string(&node.status).unwrap_or_default();
-        let owned = serde_json::to_string(&meta.managed_fields).unwrap_or_default();
-        hash(&(
+        fingerprint(&(
             &meta.labels,
             &meta.annotations,
             meta.deletion_timestamp.is_some(),
             &meta.uid,
-            status,
-            owned,
+            &node.status,
+            &meta.managed_fields,
         ))
     })
 }

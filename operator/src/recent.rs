@@ -59,11 +59,12 @@ pub struct RecentWrites {
     pending: Mutex<HashMap<Target, Written>>,
 }
 
-/// A fingerprint of a write's body.
+/// A fingerprint of a serialisable value: of a write's body here, of what the controllers read
+/// of a watched object in the event filters.
 pub fn fingerprint(body: &impl serde::Serialize) -> u64 {
     let mut hasher = DefaultHasher::new();
-    // Serialising a value the write itself serialises cannot fail; if it did, 0 only means
-    // the next write is not taken for a repeat.
+    // Serialising API types cannot fail; if it did, the empty body's hash only means a change
+    // is not seen as one.
     serde_json::to_vec(body)
         .unwrap_or_default()
         .hash(&mut hasher);
