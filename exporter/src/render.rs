@@ -1,7 +1,10 @@
 //! Documents and utilization draws into dcgm-exporter's series (pure), and those into the
 //! Prometheus text format.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Instant,
+};
 
 use fakegpu_api::{
     names::{dcgm, metric},
@@ -95,13 +98,18 @@ pub fn samples(
         .iter()
         .flat_map(|(node, document)| node_samples(node, document, draws, knative, now))
         .collect();
-    draws.retain(|pod, gpu| {
-        snapshot.values().any(|d| {
-            d.gpus
-                .iter()
-                .any(|g| g.id == gpu && g.status.pod_gpu_usage_status.contains_key(pod))
+    // One pass over the documents, not one per remembered draw: scrapes of thousands of GPUs.
+    let live: HashSet<(&str, &str)> = snapshot
+        .values()
+        .flat_map(|d| &d.gpus)
+        .flat_map(|g| {
+            g.status
+                .pod_gpu_usage_status
+                .keys()
+                .map(|pod| (pod.as_str(), g.id.as_str()))
         })
-    });
+        .collect();
+    draws.retain(|pod, gpu| live.contains(&(pod, gpu)));
     samples
 }
 
