@@ -33,15 +33,7 @@ impl Documents {
 
     /// Takes one version of a ConfigMap.
     pub fn apply(&self, configmap: &ConfigMap) {
-        let Some(node) = configmap.labels().get(NODE_NAME_LABEL) else {
-            return;
-        };
-        match NodeTopology::from_configmap(configmap) {
-            Ok(document) => {
-                self.nodes.write().insert(node.clone(), Arc::new(document));
-            }
-            Err(error) => warn!(node = %node, %error, "ignoring malformed topology document"),
-        }
+        insert(&mut self.nodes.write(), configmap);
     }
 
     pub fn delete(&self, configmap: &ConfigMap) {
@@ -64,10 +56,8 @@ impl Documents {
                 // A relist replaces everything: nodes gone meanwhile must go.
                 Ok(Some(watcher::Event::Init)) => fresh = Some(Snapshot::new()),
                 Ok(Some(watcher::Event::InitApply(cm))) => {
-                    let scratch = Documents::default();
-                    scratch.apply(&cm);
                     if let Some(fresh) = fresh.as_mut() {
-                        fresh.extend(scratch.snapshot());
+                        insert(fresh, &cm);
                     }
                 }
                 Ok(Some(watcher::Event::InitDone)) => {
@@ -79,5 +69,19 @@ impl Documents {
                 Err(error) => warn!(%error, "watching topology ConfigMaps"),
             }
         }
+    }
+}
+
+/// Puts a ConfigMap's document into `snapshot` under its node; a malformed one is logged and
+/// leaves the node's entry as it was.
+fn insert(snapshot: &mut Snapshot, configmap: &ConfigMap) {
+    let Some(node) = configmap.labels().get(NODE_NAME_LABEL) else {
+        return;
+    };
+    match NodeTopology::from_configmap(configmap) {
+        Ok(document) => {
+            snapshot.insert(node.clone(), Arc::new(document));
+        }
+        Err(error) => warn!(node = %node, %error, "ignoring malformed topology document"),
     }
 }
