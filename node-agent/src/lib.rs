@@ -15,3 +15,11 @@ pub mod metrics;
 pub mod proto;
 pub mod topology_source;
 pub mod uds;
+
+/// The fake nvidia-smi's host path, when the file is there: bind-mounting a missing file would
+/// fail the container, so until the agent's image has put nvidia-smi in place, containers go
+/// without it. Both plugins mount it (the device plugin in Allocate, the DRA plugin in its
+/// common CDI spec).
+pub fn mountable_nvidia_smi(path: &std::path::Path) -> Option<&str> {
+    path.is_file().then(|| path.to_str()).flatten()
+}

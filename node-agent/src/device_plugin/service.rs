@@ -99,17 +99,6 @@ pub fn container_response(
     })
 }
 
-impl GpuDevicePlugin {
-    fn nvidia_smi(&self) -> Option<&str> {
-        // Bind-mounting a missing file would fail the container; until the agent's image has
-        // put nvidia-smi there, containers go without it.
-        self.nvidia_smi
-            .is_file()
-            .then(|| self.nvidia_smi.to_str())
-            .flatten()
-    }
-}
-
 type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -196,7 +185,7 @@ impl DevicePlugin for GpuDevicePlugin {
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
         let topology = self.topology.borrow().clone();
-        let nvidia_smi = self.nvidia_smi();
+        let nvidia_smi = crate::mountable_nvidia_smi(&self.nvidia_smi);
         let container_responses = request
             .into_inner()
             .container_requests

@@ -80,11 +80,7 @@ pub async fn run(
     };
     info!(node = %settings.node, prepared = checkpoint.claims.len(), "DRA plugin starting");
     metrics.prepared_claims(checkpoint.claims.len());
-    let nvidia_smi = settings
-        .nvidia_smi
-        .is_file()
-        .then(|| settings.nvidia_smi.to_str())
-        .flatten();
+    let nvidia_smi = crate::mountable_nvidia_smi(&settings.nvidia_smi);
     let common = serde_json::to_vec_pretty(&cdi::common_spec(&settings.node, nvidia_smi))?;
     cdi::write_atomic(&cdi::common_spec_path(&settings.cdi_dir), &common)
         .context("writing the common CDI spec")?;
