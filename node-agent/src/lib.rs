@@ -23,3 +23,11 @@ pub mod uds;
 pub fn mountable_nvidia_smi(path: &std::path::Path) -> Option<&str> {
     path.is_file().then(|| path.to_str()).flatten()
 }
+
+/// Removes a file; one already gone counts as removed.
+pub fn remove_if_present(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}

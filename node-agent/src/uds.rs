@@ -10,15 +10,19 @@ use tonic::transport::{Channel, Endpoint};
 /// Binds `path`, replacing a socket file left behind by an earlier run (a socket nobody
 /// listens on any more cannot be bound again otherwise).
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error),
-    }
+    crate::remove_if_present(path)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     UnixListener::bind(path)
+}
+
+/// Removes a served socket at shutdown, so the kubelet does not dial a dead plugin; a failure
+/// is logged, shutdown goes on.
+pub fn remove_socket(path: &Path) {
+    if let Err(error) = crate::remove_if_present(path) {
+        tracing::warn!(socket = %path.display(), %error, "could not remove a socket");
+    }
 }
 
 /// A channel to the gRPC server on the socket at `path`, connected now.

@@ -108,11 +108,7 @@ pub async fn run(
         result = lifetime => result,
         () = shutdown => Ok(()),
     };
-    if let Err(error) = std::fs::remove_file(&socket)
-        && error.kind() != std::io::ErrorKind::NotFound
-    {
-        warn!(socket = %socket.display(), %error, "could not remove the plugin socket");
-    }
+    uds::remove_socket(&socket);
     info!(node = %settings.node, "device plugin stopped");
     result
 }

@@ -182,7 +182,7 @@ impl GpuDriver {
         prepared.claims.insert(claim.uid.clone(), plan.clone());
         if let Err(error) = prepared.save(&self.paths.checkpoint) {
             prepared.claims.remove(&claim.uid);
-            let _ = cdi::remove(&path);
+            let _ = crate::remove_if_present(&path);
             return Err(format!("writing the checkpoint: {error}"));
         }
         info!(node = %self.node, claim = %format!("{}/{}", claim.namespace, claim.name), uid = %claim.uid, devices = plan.devices.len(), "prepared claim");
@@ -208,7 +208,8 @@ impl GpuDriver {
 
     fn unprepare_one(&self, prepared: &mut Checkpoint, claim: &v1::Claim) -> Result<(), String> {
         let path = cdi::claim_spec_path(&self.paths.cdi_dir, &claim.uid);
-        cdi::remove(&path).map_err(|error| format!("removing {}: {error}", path.display()))?;
+        crate::remove_if_present(&path)
+            .map_err(|error| format!("removing {}: {error}", path.display()))?;
         if prepared.claims.remove(&claim.uid).is_some() {
             prepared
                 .save(&self.paths.checkpoint)

@@ -125,11 +125,8 @@ pub async fn run(
         () = publish => Err(anyhow::anyhow!("the ResourceSlice watch ended")),
         () = shutdown => Ok(()),
     };
-    for socket in [&registration_socket, &service_socket] {
-        if let Err(error) = cdi::remove(socket) {
-            warn!(socket = %socket.display(), %error, "could not remove a socket");
-        }
-    }
+    uds::remove_socket(&registration_socket);
+    uds::remove_socket(&service_socket);
     info!(node = %settings.node, "DRA plugin stopped");
     result
 }
