@@ -189,12 +189,7 @@ fn same_devices(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
 
 /// Whether `current` already is `desired` (as [`gpu_slice`] builds it).
 pub fn slice_current(current: &ResourceSlice, desired: &ResourceSlice) -> bool {
-    let labels_match = desired
-        .labels()
-        .iter()
-        .all(|(k, v)| current.labels().get(k) == Some(v));
-    labels_match
-        && current.owner_references() == desired.owner_references()
+    crate::meta::metadata_current(current, desired)
         && same_devices(&current.spec, &desired.spec)
         && current.spec.pool == desired.spec.pool
 }

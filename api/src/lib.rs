@@ -3,6 +3,7 @@
 
 pub mod crds;
 pub mod dra;
+pub mod meta;
 pub mod names;
 pub mod nrt;
 pub mod pool;

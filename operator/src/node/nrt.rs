@@ -156,12 +156,7 @@ pub fn desired_nrt(
 
 /// Whether the cached object already is the desired one.
 pub fn nrt_current(current: &NodeResourceTopology, desired: &NodeResourceTopology) -> bool {
-    let labels_match = desired
-        .labels()
-        .iter()
-        .all(|(k, v)| current.labels().get(k) == Some(v));
-    labels_match
-        && current.owner_references() == desired.owner_references()
+    fakegpu_api::meta::metadata_current(current, desired)
         && (
             &current.zones,
             &current.attributes,

@@ -141,16 +141,7 @@ pub fn desired_configmap(
 
 /// Whether the cached ConfigMap already is the desired one (what this operator sets of it).
 pub fn configmap_current(current: &ConfigMap, desired: &ConfigMap) -> bool {
-    let labels_match = desired
-        .labels()
-        .iter()
-        .all(|(k, v)| current.labels().get(k) == Some(v));
-    let annotations_match = desired
-        .annotations()
-        .iter()
-        .all(|(k, v)| current.annotations().get(k) == Some(v));
-    let owners_match = desired.owner_references() == current.owner_references();
-    labels_match && annotations_match && owners_match && current.data == desired.data
+    fakegpu_api::meta::metadata_current(current, desired) && current.data == desired.data
 }
 
 #[cfg(test)]
