@@ -34,7 +34,7 @@ hack/operator.sh start
 
 step "e2e tests (KUBECONFIG=$KUBECONFIG)"
 # The exporter e2e runs the binary itself.
-cargo build --locked -p fakegpu-exporter
+cargo build --locked -p fakegpu-exporter -p fakegpu-node-agent
 # --nocapture: the idempotence test prints the measured writes per node.
 cargo test --locked -p fakegpu-e2e -- --nocapture
 

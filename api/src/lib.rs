@@ -9,6 +9,7 @@ pub mod nrt;
 pub mod pool;
 pub mod profiles;
 pub mod quantity;
+pub mod report;
 pub mod topology;
 pub mod utilization;
 

@@ -299,3 +299,38 @@ pub mod topology {
     /// Label with the node's name; the reference's KWOK plugins read the node from it.
     pub const NODE_NAME_LABEL: &str = "node-name";
 }
+
+/// Environment a container given GPUs sees, set by the device plugin's Allocate and by the DRA
+/// plugin's CDI specs, and read by the fake nvidia-smi inside the container.
+pub mod container_env {
+    /// The GPUs of the container, comma-separated UUIDs; NVIDIA's device plugin and container
+    /// toolkit use it, and nvidia-smi shows exactly these GPUs.
+    pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+    /// The same list under the reference's name; scripts written for it read it.
+    pub const MOCK_VISIBLE_DEVICES: &str = "MOCK_NVIDIA_VISIBLE_DEVICES";
+    /// The node the container runs on; nvidia-smi asks for that node's GPUs.
+    pub const NODE_NAME: &str = "NODE_NAME";
+    /// Where nvidia-smi asks for its node's GPUs: the exporter's base URL
+    /// (`http://fakegpu-exporter.<namespace>.svc:9400`), set from the agent's own namespace so
+    /// no namespace is hard-coded (the reference's is).
+    pub const EXPORTER_URL: &str = "FAKEGPU_EXPORTER_URL";
+    /// Run:ai's fractional GPU share of the container (`0.5`); nvidia-smi shows that share of
+    /// each GPU's memory, as the reference does.
+    pub const RUNAI_NUM_OF_GPUS: &str = "RUNAI_NUM_OF_GPUS";
+    /// Where the fake nvidia-smi appears in a container, as with the reference.
+    pub const NVIDIA_SMI_PATH: &str = "/bin/nvidia-smi";
+}
+
+/// The exporter's HTTP API besides `/metrics`.
+pub mod exporter {
+    /// Name of the exporter's Service in the install namespace.
+    pub const SERVICE: &str = "fakegpu-exporter";
+    /// Path prefix of a node's GPU report ([`crate::report::NodeReport`]), followed by the
+    /// node's name; nvidia-smi reads it (the reference's topology server path).
+    pub const NODE_REPORT_PATH: &str = "/topology/nodes/";
+
+    /// The exporter's base URL inside the cluster when installed in `namespace`.
+    pub fn default_url(namespace: &str) -> String {
+        format!("http://{SERVICE}.{namespace}.svc:{}", super::dcgm::PORT)
+    }
+}

@@ -41,10 +41,17 @@ pub struct NodeTopology {
     /// CUDA compute capability `major.minor`; empty when unknown.
     #[serde(default)]
     pub compute_capability: String,
+    /// Board power limit per GPU, watts; 0 when unknown. nvidia-smi shows it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub power_limit_watts: u32,
     /// Extended resources advertised next to the GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_devices: Vec<OtherDevice>,
     pub gpus: Vec<GpuTopology>,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// An extra extended resource of the node.

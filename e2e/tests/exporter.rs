@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context;
-use fakegpu_api::names::{annotation, dcgm, label, metric};
+use fakegpu_api::names::{annotation, container_env, dcgm, label, metric};
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually, http_get,
     install_crds, repo_root, running_pod, unique_name,
@@ -54,6 +54,20 @@ fn start_exporter(prometheus: &str) -> anyhow::Result<Exporter> {
         .spawn()
         .context("starting target/debug/fakegpu-exporter (cargo build -p fakegpu-exporter)")?;
     Ok(Exporter { child, address })
+}
+
+/// The fake nvidia-smi run as a container given `gpu` on `node` runs it, asking the exporter
+/// at `exporter`; its standard output.
+fn nvidia_smi(exporter: &str, node: &str, gpu: &str, args: &[&str]) -> anyhow::Result<String> {
+    let output = Command::new(repo_root().join("target/debug/nvidia-smi"))
+        .args(args)
+        .env(container_env::NODE_NAME, node)
+        .env(container_env::EXPORTER_URL, format!("http://{exporter}"))
+        .env(container_env::VISIBLE_DEVICES, gpu)
+        .output()
+        .context("running target/debug/nvidia-smi (cargo build -p fakegpu-node-agent)")?;
+    anyhow::ensure!(output.status.success(), "nvidia-smi {args:?}: {output:?}");
+    Ok(String::from_utf8(output.stdout)?)
 }
 
 /// The value of the series of `metric` whose labels include every pair of `labels`.
@@ -261,6 +275,32 @@ async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
             )
             .await?;
         }
+        // nvidia-smi in the busy pod's container shows the same GPU, utilization and memory.
+        let text = http_get(&exporter.address, "/metrics")?;
+        let busy_gpu = text
+            .lines()
+            .find(|l| l.starts_with(dcgm::GPU_UTIL) && l.contains("pod=\"busy\""))
+            .and_then(|l| l.split("UUID=\"").nth(1)?.split('"').next())
+            .context("the busy pod's GPU UUID")?
+            .to_owned();
+        let smi = nvidia_smi(
+            &exporter.address,
+            &node,
+            &busy_gpu,
+            &[
+                "--query-gpu=uuid,utilization.gpu,memory.used",
+                "--format=csv,noheader,nounits",
+            ],
+        )?;
+        anyhow::ensure!(
+            smi == format!("{busy_gpu}, 40, 81559\n"),
+            "nvidia-smi in the busy pod printed {smi:?}"
+        );
+        let table = nvidia_smi(&exporter.address, &node, &busy_gpu, &[])?;
+        anyhow::ensure!(
+            table.contains("NVIDIA H100 80GB HBM3") && table.contains("|     40%      Default |"),
+            "nvidia-smi's table:\n{table}"
+        );
         let inference = format!("{}{{pod=\"infer\"}}", dcgm::GPU_UTIL);
         eventually(
             "Prometheus: the inference pod's GPU at its request rate",

@@ -31,6 +31,11 @@ impl Documents {
         self.nodes.read().clone()
     }
 
+    /// The document of `node`, if it has one.
+    pub fn get(&self, node: &str) -> Option<Arc<NodeTopology>> {
+        self.nodes.read().get(node).cloned()
+    }
+
     /// Takes one version of a ConfigMap.
     pub fn apply(&self, configmap: &ConfigMap) {
         insert(&mut self.nodes.write(), configmap);

@@ -6,6 +6,9 @@
 //! released dcgm-exporter images spell it, or `hostname`), `FAKEGPU_PROMETHEUS_URL` (where
 //! inference pods' request rates are read, default the reference's
 //! `http://prometheus-operated.runai:9090`).
+//!
+//! Besides `/metrics` it serves `/topology/nodes/<node>`: a node's GPUs with the utilization
+//! just published, which the fake nvidia-smi inside pods shows.
 
 use std::{
     collections::HashMap,
@@ -15,9 +18,16 @@ use std::{
 };
 
 use anyhow::Context;
-use axum::{Router, extract::State, http::StatusCode, routing::get};
+use axum::{
+    Router,
+    extract::{Path, State},
+    http::{StatusCode, header::CONTENT_TYPE},
+    response::{IntoResponse, Response},
+    routing::get,
+};
 use fakegpu_api::names::{
     dcgm,
+    exporter::NODE_REPORT_PATH,
     fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV},
 };
 use fakegpu_exporter::{
@@ -94,6 +104,23 @@ async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) 
     }
 }
 
+/// One node's GPUs as nvidia-smi shows them; 404 for a node without a document.
+async fn node_report(State(exporter): State<Arc<Exporter>>, Path(node): Path<String>) -> Response {
+    let Some(document) = exporter.documents.get(&node) else {
+        let message = format!("node {node} has no GPU topology");
+        return (StatusCode::NOT_FOUND, message).into_response();
+    };
+    let rates = exporter
+        .rates(render::document_wants_knative(&document))
+        .await;
+    let by_uid = rates.map(|(by_uid, _)| by_uid).unwrap_or_default();
+    let report = render::node_report(&node, &document, &exporter.draws, &by_uid, Instant::now());
+    match serde_json::to_string(&report) {
+        Ok(json) => ([(CONTENT_TYPE, "application/json")], json).into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
+}
+
 async fn run() -> anyhow::Result<()> {
     let namespace = env_or(NAMESPACE_ENV, DEFAULT_NAMESPACE);
     let addr = env_or("FAKEGPU_EXPORTER_ADDR", &format!("0.0.0.0:{}", dcgm::PORT));
@@ -123,6 +150,7 @@ async fn run() -> anyhow::Result<()> {
     info!(%addr, %namespace, %prometheus, "exporter serving /metrics");
     let router = Router::new()
         .route("/metrics", get(metrics))
+        .route(&format!("{NODE_REPORT_PATH}{{node}}"), get(node_report))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(exporter.clone());
     let follow = exporter.documents.follow(client, &namespace);

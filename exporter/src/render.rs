@@ -8,6 +8,7 @@ use std::{
 
 use fakegpu_api::{
     names::{dcgm, metric},
+    report::NodeReport,
     topology::NodeTopology,
 };
 use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
@@ -115,14 +116,38 @@ pub fn samples(
 
 /// Whether any pod of `snapshot` takes its utilization from Knative.
 pub fn wants_knative(snapshot: &Snapshot) -> bool {
-    snapshot.values().any(|d| {
-        d.gpus.iter().any(|g| {
-            g.status
-                .pod_gpu_usage_status
-                .values()
-                .any(|u| u.use_knative_utilization)
-        })
+    snapshot.values().any(|d| document_wants_knative(d))
+}
+
+/// Whether any pod of `document` takes its utilization from Knative.
+pub fn document_wants_knative(document: &NodeTopology) -> bool {
+    document.gpus.iter().any(|g| {
+        g.status
+            .pod_gpu_usage_status
+            .values()
+            .any(|u| u.use_knative_utilization)
     })
+}
+
+/// What nvidia-smi is told about `node`: its document and the utilization its GPUs' series
+/// carry now (the same draws, so the two agree).
+pub fn node_report(
+    node: &str,
+    document: &NodeTopology,
+    draws: &Draws,
+    knative: &HashMap<String, u8>,
+    now: Instant,
+) -> NodeReport {
+    let utilization = node_samples(node, document, draws, knative, now)
+        .into_iter()
+        .zip(&document.gpus)
+        .map(|(sample, gpu)| (gpu.id.clone(), sample.utilization as u8))
+        .collect();
+    NodeReport {
+        node: node.to_owned(),
+        topology: document.clone(),
+        utilization,
+    }
 }
 
 /// The text format of `samples`; `hostname_label` names the hostname label (`Hostname` or
@@ -277,5 +302,14 @@ mod tests {
         assert_eq!(without[0].utilization, 40.0);
         let text = encode(&without, "Hostname", Some(false)).expect("encodes");
         assert!(text.contains("fakegpu_exporter_knative_up 0"), "{text}");
+        let report = node_report(
+            "node-1",
+            &snapshot["node-1"],
+            &draws,
+            &rates,
+            Instant::now(),
+        );
+        assert_eq!(report.utilization["GPU-a"], 27);
+        assert_eq!(report.utilization["GPU-b"], 0);
     }
 }

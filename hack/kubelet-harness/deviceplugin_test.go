@@ -90,6 +90,9 @@ func TestDevicePlugin(t *testing.T) {
 	if envs["NODE_NAME"] != node {
 		t.Errorf("NODE_NAME = %q, want %q", envs["NODE_NAME"], node)
 	}
+	if got, want := envs["FAKEGPU_EXPORTER_URL"], "http://fakegpu-exporter."+cluster.namespace+".svc:9400"; got != want {
+		t.Errorf("FAKEGPU_EXPORTER_URL = %q, want %q", got, want)
+	}
 
 	_, err = p.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
 		{DevicesIds: []string{"GPU-not-on-this-node"}},

@@ -92,7 +92,9 @@ func TestDRAPlugin(t *testing.T) {
 		t.Errorf("claim spec env %q", got)
 	}
 	common := readCDISpec(t, filepath.Join(cdiDir, "k8s.gpu.nvidia.com-claim_common.json"))
-	if len(common.Devices) != 1 || strings.Join(common.Devices[0].ContainerEdits.Env, " ") != "NODE_NAME="+node {
+	// nvidia-smi in the container asks the exporter of the agent's namespace for the node's GPUs.
+	wantCommon := "NODE_NAME=" + node + " FAKEGPU_EXPORTER_URL=http://fakegpu-exporter." + cluster.namespace + ".svc:9400"
+	if len(common.Devices) != 1 || strings.Join(common.Devices[0].ContainerEdits.Env, " ") != wantCommon {
 		t.Errorf("common CDI spec %+v", common)
 	}
 

@@ -1,28 +1,24 @@
 //! fakegpu-node-agent: serves the kubelet's device-plugin and DRA kubelet plugin APIs on nodes
 //! with a real kubelet, from the node's topology document.
 //!
+//! - [`container`]: what both plugins give every container besides its devices;
 //! - [`topology_source`]: the node's topology ConfigMap, watched, last good document kept;
 //! - [`device_plugin`]: the `nvidia.com/gpu` device plugin, its registration and re-registration;
 //! - [`dra`]: the DRA kubelet plugin for driver `gpu.nvidia.com`, and the node's ResourceSlice;
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`uds`]: gRPC over Unix sockets; [`lenient_grpc`]: the registration socket's server;
-//! - [`proto`]: the kubelet's API definitions, generated.
+//! - [`proto`]: the kubelet's API definitions, generated;
+//! - [`smi`]: the fake nvidia-smi (binary `nvidia-smi`) that containers given GPUs run.
 
+pub mod container;
 pub mod device_plugin;
 pub mod dra;
 pub mod lenient_grpc;
 pub mod metrics;
 pub mod proto;
+pub mod smi;
 pub mod topology_source;
 pub mod uds;
-
-/// The fake nvidia-smi's host path, when the file is there: bind-mounting a missing file would
-/// fail the container, so until the agent's image has put nvidia-smi in place, containers go
-/// without it. Both plugins mount it (the device plugin in Allocate, the DRA plugin in its
-/// common CDI spec).
-pub fn mountable_nvidia_smi(path: &std::path::Path) -> Option<&str> {
-    path.is_file().then(|| path.to_str()).flatten()
-}
 
 /// Removes a file; one already gone counts as removed.
 pub fn remove_if_present(path: &std::path::Path) -> std::io::Result<()> {

@@ -9,22 +9,28 @@
 //!   `FAKEGPU_PLUGINS_DIR` (default `/var/lib/kubelet/plugins`), `FAKEGPU_CDI_DIR` (default
 //!   `/var/run/cdi`);
 //! - `FAKEGPU_NVIDIA_SMI`: the fake nvidia-smi on the host (default
-//!   `/var/lib/fakegpu/bin/nvidia-smi`);
+//!   `/var/lib/fakegpu/bin/nvidia-smi`), and `FAKEGPU_EXPORTER_URL`, where that nvidia-smi
+//!   asks for the node's GPUs (default `http://fakegpu-exporter.<namespace>.svc:9400`);
 //! - `FAKEGPU_HTTP_ADDR`: `/metrics`, `/healthz`, `/readyz` (default `0.0.0.0:8080`).
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
-use fakegpu_api::names::fakegpu::{
-    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
+use fakegpu_api::names::{
+    container_env::{EXPORTER_URL, NODE_NAME},
+    exporter,
+    fakegpu::{
+        DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
+    },
 };
-use fakegpu_node_agent::{device_plugin, dra, metrics, topology_source};
+use fakegpu_node_agent::{
+    container::{self, ContainerEdits},
+    device_plugin, dra, metrics, topology_source,
+};
 use futures::{FutureExt, future::Shared};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
-
-const NODE_NAME_ENV: &str = "NODE_NAME";
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -64,13 +70,28 @@ async fn maybe(
 }
 
 async fn run() -> anyhow::Result<()> {
-    let node = std::env::var(NODE_NAME_ENV)
-        .with_context(|| format!("{NODE_NAME_ENV} must name the node this agent serves"))?;
+    let node = std::env::var(NODE_NAME)
+        .with_context(|| format!("{NODE_NAME} must name the node this agent serves"))?;
     let namespace = env_or(NAMESPACE_ENV, DEFAULT_NAMESPACE);
-    let nvidia_smi = PathBuf::from(env_or(
-        "FAKEGPU_NVIDIA_SMI",
-        "/var/lib/fakegpu/bin/nvidia-smi",
-    ));
+    let container = ContainerEdits {
+        node: node.clone(),
+        exporter_url: env_or(EXPORTER_URL, &exporter::default_url(&namespace)),
+        nvidia_smi: PathBuf::from(env_or(
+            "FAKEGPU_NVIDIA_SMI",
+            "/var/lib/fakegpu/bin/nvidia-smi",
+        )),
+    };
+    // The image carries nvidia-smi next to the agent; containers mount it from the host.
+    if let Some(shipped) = container::shipped_nvidia_smi() {
+        match container.install_nvidia_smi(&shipped) {
+            Ok(installed) => {
+                info!(path = %container.nvidia_smi.display(), installed, "nvidia-smi in place")
+            }
+            Err(error) => {
+                warn!(path = %container.nvidia_smi.display(), %error, "cannot install nvidia-smi; containers go without it")
+            }
+        }
+    }
     let device_plugin = device_plugin::Settings {
         node: node.clone(),
         dir: env_or(
@@ -78,7 +99,7 @@ async fn run() -> anyhow::Result<()> {
             "/var/lib/kubelet/device-plugins",
         )
         .into(),
-        nvidia_smi: nvidia_smi.clone(),
+        container: container.clone(),
     };
     let dra = dra::Settings {
         node: node.clone(),
@@ -89,7 +110,7 @@ async fn run() -> anyhow::Result<()> {
         .into(),
         plugins_dir: env_or("FAKEGPU_PLUGINS_DIR", "/var/lib/kubelet/plugins").into(),
         cdi_dir: env_or("FAKEGPU_CDI_DIR", "/var/run/cdi").into(),
-        nvidia_smi,
+        container,
     };
     let (serve_device_plugin, serve_dra) =
         (enabled("FAKEGPU_DEVICE_PLUGIN"), enabled("FAKEGPU_DRA"));

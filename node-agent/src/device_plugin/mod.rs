@@ -20,6 +20,7 @@ use tonic::transport::Server;
 use tracing::{debug, info, warn};
 
 use crate::{
+    container::ContainerEdits,
     metrics::Metrics,
     proto::deviceplugin::{
         DevicePluginOptions, RegisterRequest, device_plugin_server::DevicePluginServer,
@@ -44,7 +45,7 @@ pub struct Settings {
     pub node: String,
     /// The kubelet's device-plugins directory (`/var/lib/kubelet/device-plugins`).
     pub dir: PathBuf,
-    pub nvidia_smi: PathBuf,
+    pub container: ContainerEdits,
 }
 
 /// A file's identity: a socket re-created at the same path is another file.
@@ -133,7 +134,7 @@ async fn serve_one_kubelet(
     let service = service::GpuDevicePlugin {
         node: settings.node.clone(),
         topology: topology.clone(),
-        nvidia_smi: settings.nvidia_smi.clone(),
+        container: settings.container.clone(),
         metrics: metrics.clone(),
     };
     let (stop, stopped) = oneshot::channel::<()>();

@@ -2,15 +2,16 @@
 //! UUIDs (the same IDs as labels, ResourceSlices, metrics and nvidia-smi), health and NUMA zone
 //! from the topology document, and what a container gets when it is given GPUs.
 
-use std::{path::PathBuf, pin::Pin};
+use std::pin::Pin;
 
-use fakegpu_api::topology::NodeTopology;
+use fakegpu_api::{names::container_env, topology::NodeTopology};
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
 
 use super::preferred::{Candidate, preferred};
 use crate::{
+    container::ContainerEdits,
     metrics::Metrics,
     proto::deviceplugin::{
         AllocateRequest, AllocateResponse, ContainerAllocateResponse,
@@ -22,20 +23,12 @@ use crate::{
     topology_source::Topology,
 };
 
-/// Environment a container given GPUs sees. NVIDIA's device plugin sets the first; the
-/// reference's sets the second; fakegpu's nvidia-smi reads `NODE_NAME`.
-pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
-pub const MOCK_VISIBLE_DEVICES_ENV: &str = "MOCK_NVIDIA_VISIBLE_DEVICES";
-pub const NODE_NAME_ENV: &str = "NODE_NAME";
-/// Where the fake nvidia-smi appears in a container, as with the reference.
-pub const NVIDIA_SMI_CONTAINER_PATH: &str = "/bin/nvidia-smi";
-
 #[derive(Debug)]
 pub struct GpuDevicePlugin {
     pub node: String,
     pub topology: Topology,
-    /// The fake nvidia-smi on the host, mounted into containers when it is there.
-    pub nvidia_smi: PathBuf,
+    /// Environment and nvidia-smi for every container.
+    pub container: ContainerEdits,
     pub metrics: Metrics,
 }
 
@@ -57,11 +50,13 @@ pub fn devices(topology: Option<&NodeTopology>) -> Vec<Device> {
         .collect()
 }
 
-/// The container response for `ids`, or why they cannot be given.
+/// The container response for `ids` (plus `env` and nvidia-smi, when the host has it), or why
+/// they cannot be given.
 pub fn container_response(
     topology: Option<&NodeTopology>,
     node: &str,
     ids: &[String],
+    env: &[(&'static str, String)],
     nvidia_smi: Option<&str>,
 ) -> Result<ContainerAllocateResponse, Status> {
     if ids.is_empty() {
@@ -76,17 +71,18 @@ pub fn container_response(
         )));
     }
     let visible = ids.join(",");
+    // NVIDIA's device plugin sets the first; the reference's the second.
     let envs = [
-        (VISIBLE_DEVICES_ENV, visible.clone()),
-        (MOCK_VISIBLE_DEVICES_ENV, visible),
-        (NODE_NAME_ENV, node.to_owned()),
+        (container_env::VISIBLE_DEVICES, visible.clone()),
+        (container_env::MOCK_VISIBLE_DEVICES, visible),
     ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
+    .iter()
+    .chain(env)
+    .map(|(k, v)| ((*k).to_owned(), v.clone()))
     .collect();
     let mounts = nvidia_smi
         .map(|host_path| Mount {
-            container_path: NVIDIA_SMI_CONTAINER_PATH.to_owned(),
+            container_path: container_env::NVIDIA_SMI_PATH.to_owned(),
             host_path: host_path.to_owned(),
             read_only: true,
         })
@@ -185,7 +181,8 @@ impl DevicePlugin for GpuDevicePlugin {
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
         let topology = self.topology.borrow().clone();
-        let nvidia_smi = crate::mountable_nvidia_smi(&self.nvidia_smi);
+        let env = self.container.env();
+        let nvidia_smi = self.container.nvidia_smi();
         let container_responses = request
             .into_inner()
             .container_requests
@@ -196,6 +193,7 @@ impl DevicePlugin for GpuDevicePlugin {
                     topology.as_deref(),
                     &self.node,
                     &container.devices_ids,
+                    &env,
                     nvidia_smi,
                 )
             })
@@ -252,14 +250,16 @@ mod tests {
     #[test]
     fn allocate_refuses_unknown_devices_and_sets_the_environment() {
         let t = topology();
-        let error =
-            container_response(Some(&t), "n", &["GPU-9".into()], None).expect_err("unknown device");
+        let env = [(container_env::NODE_NAME, "n".to_owned())];
+        let error = container_response(Some(&t), "n", &["GPU-9".into()], &env, None)
+            .expect_err("unknown device");
         assert_eq!(error.code(), tonic::Code::InvalidArgument);
-        let ok = container_response(Some(&t), "n", &["GPU-0".into(), "GPU-1".into()], Some("/x"))
-            .expect("known devices");
-        assert_eq!(ok.envs[VISIBLE_DEVICES_ENV], "GPU-0,GPU-1");
-        assert_eq!(ok.envs[NODE_NAME_ENV], "n");
-        assert_eq!(ok.mounts[0].container_path, NVIDIA_SMI_CONTAINER_PATH);
+        let ids = ["GPU-0".into(), "GPU-1".into()];
+        let ok = container_response(Some(&t), "n", &ids, &env, Some("/x")).expect("known devices");
+        assert_eq!(ok.envs[container_env::VISIBLE_DEVICES], "GPU-0,GPU-1");
+        assert_eq!(ok.envs[container_env::MOCK_VISIBLE_DEVICES], "GPU-0,GPU-1");
+        assert_eq!(ok.envs[container_env::NODE_NAME], "n");
+        assert_eq!(ok.mounts[0].container_path, container_env::NVIDIA_SMI_PATH);
         assert!(ok.mounts[0].read_only);
     }
 }

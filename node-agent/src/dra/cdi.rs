@@ -9,6 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use fakegpu_api::names::container_env;
 use serde_json::{Value, json};
 
 use super::checkpoint::PreparedDevice;
@@ -59,7 +60,9 @@ pub fn claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
     json!({
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
-        "containerEdits": {"env": [format!("NVIDIA_VISIBLE_DEVICES={}", visible.join(","))]},
+        "containerEdits": {"env": [
+            format!("{}={}", container_env::VISIBLE_DEVICES, visible.join(",")),
+        ]},
         "devices": devices.iter().map(|d| json!({
             "name": claim_device_name(uid, &d.device),
             "containerEdits": {"env": [
@@ -70,12 +73,11 @@ pub fn claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
     })
 }
 
-/// The common spec: `NODE_NAME` (nvidia-smi reads it) and the fake nvidia-smi, when the host
-/// has it.
-pub fn common_spec(node: &str, nvidia_smi: Option<&str>) -> Value {
+/// The common spec: `env` (what nvidia-smi reads) and the fake nvidia-smi, when the host has it.
+pub fn common_spec(env: &[(&str, String)], nvidia_smi: Option<&str>) -> Value {
     let mounts: Vec<Value> = nvidia_smi
         .map(|host| {
-            json!({"hostPath": host, "containerPath": "/bin/nvidia-smi",
+            json!({"hostPath": host, "containerPath": container_env::NVIDIA_SMI_PATH,
                 "options": ["ro", "nosuid", "nodev", "bind"]})
         })
         .into_iter()
@@ -85,7 +87,10 @@ pub fn common_spec(node: &str, nvidia_smi: Option<&str>) -> Value {
         "kind": KIND,
         "devices": [{
             "name": COMMON_DEVICE,
-            "containerEdits": {"env": [format!("NODE_NAME={node}")], "mounts": mounts},
+            "containerEdits": {
+                "env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+                "mounts": mounts,
+            },
         }],
     })
 }
@@ -136,18 +141,22 @@ mod tests {
 
     #[test]
     fn common_spec_mounts_nvidia_smi_only_when_there() {
+        let env = [
+            (container_env::NODE_NAME, "n".to_owned()),
+            (container_env::EXPORTER_URL, "http://e:9400".to_owned()),
+        ];
         assert_eq!(
-            common_spec("n", None)["devices"][0]["containerEdits"]["mounts"],
+            common_spec(&env, None)["devices"][0]["containerEdits"]["mounts"],
             json!([])
         );
-        let with = common_spec("n", Some("/opt/nvidia-smi"));
+        let with = common_spec(&env, Some("/opt/nvidia-smi"));
         assert_eq!(
             with["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
             "/bin/nvidia-smi"
         );
         assert_eq!(
-            with["devices"][0]["containerEdits"]["env"][0],
-            "NODE_NAME=n"
+            with["devices"][0]["containerEdits"]["env"],
+            json!(["NODE_NAME=n", "FAKEGPU_EXPORTER_URL=http://e:9400"])
         );
     }
 }

@@ -19,6 +19,7 @@ use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::{
+    container::ContainerEdits,
     lenient_grpc,
     metrics::Metrics,
     proto::dra::{v1, v1beta1},
@@ -36,8 +37,7 @@ pub struct Settings {
     pub plugins_dir: PathBuf,
     /// Where CDI specs go (`/var/run/cdi`).
     pub cdi_dir: PathBuf,
-    /// The fake nvidia-smi on the host.
-    pub nvidia_smi: PathBuf,
+    pub container: ContainerEdits,
 }
 
 impl Settings {
@@ -80,8 +80,8 @@ pub async fn run(
     };
     info!(node = %settings.node, prepared = checkpoint.claims.len(), "DRA plugin starting");
     metrics.prepared_claims(checkpoint.claims.len());
-    let nvidia_smi = crate::mountable_nvidia_smi(&settings.nvidia_smi);
-    let common = serde_json::to_vec_pretty(&cdi::common_spec(&settings.node, nvidia_smi))?;
+    let edits = &settings.container;
+    let common = serde_json::to_vec_pretty(&cdi::common_spec(&edits.env(), edits.nvidia_smi()))?;
     cdi::write_atomic(&cdi::common_spec_path(&settings.cdi_dir), &common)
         .context("writing the common CDI spec")?;
 

@@ -94,6 +94,7 @@ pub fn desired_topology(
             .compute_capability
             .map(|cc| cc.to_string())
             .unwrap_or_default(),
+        power_limit_watts: gpu.catalog.map_or(0, |p| p.power_limit_watts),
         other_devices: pool
             .spec
             .other_resources

@@ -1,0 +1,259 @@
+//! From the exporter's report and the container's environment to the GPUs nvidia-smi shows
+//! (pure, so every layout is tested without a cluster).
+
+use fakegpu_api::{
+    names::container_env,
+    profiles::profile_by_product,
+    report::NodeReport,
+    topology::{GpuTopology, PodGpuUsage},
+};
+
+/// What nvidia-smi learns from its process and container.
+#[derive(Clone, Debug, Default)]
+pub struct Environment {
+    /// `NODE_NAME`.
+    pub node: Option<String>,
+    /// `FAKEGPU_EXPORTER_URL`.
+    pub exporter_url: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES`: UUIDs or indices, `all`, `none`/`void`; unset shows all.
+    pub visible_devices: Option<String>,
+    /// `HOSTNAME`: the pod's name, unless the pod sets another host name.
+    pub hostname: Option<String>,
+    /// `POD_UUID`, when the pod passes its UID in (the reference reads it too).
+    pub pod_uid: Option<String>,
+    /// `RUNAI_NUM_OF_GPUS`: a fractional share of each GPU.
+    pub gpu_share: Option<String>,
+    /// The container's main process, shown in the processes table.
+    pub process_id: u32,
+    pub process_name: String,
+}
+
+impl Environment {
+    /// This process's environment and its container's main process (PID 1).
+    pub fn from_process() -> Self {
+        let var = |name: &str| std::env::var(name).ok();
+        let process_name = std::fs::read("/proc/1/cmdline")
+            .ok()
+            .and_then(|bytes| {
+                let first = bytes.split(|b| *b == 0).next()?.to_vec();
+                String::from_utf8(first).ok().filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| "[Not Found]".to_owned());
+        Self {
+            node: var(container_env::NODE_NAME),
+            exporter_url: var(container_env::EXPORTER_URL),
+            visible_devices: var(container_env::VISIBLE_DEVICES),
+            hostname: var("HOSTNAME"),
+            pod_uid: var("POD_UUID"),
+            gpu_share: var(container_env::RUNAI_NUM_OF_GPUS),
+            process_id: 1,
+            process_name,
+        }
+    }
+}
+
+/// A process on a GPU. `pid` is `None` for other pods' processes (another PID namespace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub gpu_index: u32,
+    pub gpu_uuid: String,
+    pub pid: Option<u32>,
+    pub name: String,
+    /// MiB.
+    pub used_memory: u64,
+}
+
+/// One GPU as shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    /// `00000000:07:00.0`, nvidia-smi's 8-digit domain.
+    pub bus_id: String,
+    /// MiB.
+    pub memory_total: u64,
+    /// MiB.
+    pub memory_used: u64,
+    /// Percent.
+    pub utilization: u8,
+    /// Watts; `None` when the product's limit is unknown.
+    pub power_limit: Option<u32>,
+    /// `Enabled`, `Disabled` or `N/A` (not MIG capable).
+    pub mig_mode: &'static str,
+    /// `9.0`; empty when unknown.
+    pub compute_capability: String,
+    pub processes: Vec<Process>,
+}
+
+impl Gpu {
+    /// Simulated board power: a tenth of the limit idle, rising with utilization.
+    pub fn power_draw(&self) -> Option<f64> {
+        self.power_limit.map(|limit| {
+            let idle = f64::from(limit) * 0.1;
+            idle + (f64::from(limit) - idle) * f64::from(self.utilization) / 100.0
+        })
+    }
+
+    /// Simulated temperature, degrees C: 30 idle, 75 at full load.
+    pub fn temperature(&self) -> u32 {
+        30 + u32::from(self.utilization) * 45 / 100
+    }
+
+    /// Simulated SM clock, MHz: base idle, boost under load.
+    pub fn sm_clock(&self) -> u32 {
+        if self.utilization > 0 { 1980 } else { 345 }
+    }
+
+    pub fn memory_free(&self) -> u64 {
+        self.memory_total.saturating_sub(self.memory_used)
+    }
+}
+
+/// The node's GPUs as shown to this container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    pub driver_version: String,
+    pub cuda_version: String,
+    pub gpus: Vec<Gpu>,
+}
+
+impl Machine {
+    /// The GPUs `-i` names (indices or UUIDs), in that order; the first unknown one is the error.
+    pub fn select(&self, ids: &[String]) -> Result<Self, String> {
+        let gpus = ids
+            .iter()
+            .map(|id| {
+                self.gpus
+                    .iter()
+                    .find(|g| g.uuid == *id || g.index.to_string() == *id)
+                    .cloned()
+                    .ok_or_else(|| id.clone())
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            gpus,
+            ..self.clone()
+        })
+    }
+}
+
+/// Whether `NVIDIA_VISIBLE_DEVICES` gives the container `gpu`.
+fn visible(spec: Option<&str>, gpu: &GpuTopology) -> bool {
+    match spec.map(str::trim) {
+        None | Some("" | "all") => true,
+        Some("none" | "void") => false,
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .any(|id| id == gpu.id || id == gpu.index.to_string()),
+    }
+}
+
+/// Whether the usage entry of pod `uid` on `gpu` is this container's pod.
+fn ours(env: &Environment, gpu: &GpuTopology, uid: &str) -> bool {
+    let usage = &gpu.status.pod_gpu_usage_status;
+    env.pod_uid.as_deref() == Some(uid)
+        || (usage.len() == 1
+            && (env.hostname.as_deref() == Some(gpu.status.allocated_by.pod.as_str())
+                || env
+                    .visible_devices
+                    .as_deref()
+                    .is_some_and(|spec| spec.split(',').map(str::trim).any(|id| id == gpu.id))))
+}
+
+/// A fractional share from `RUNAI_NUM_OF_GPUS`, when it is one.
+fn share(env: &Environment) -> Option<f64> {
+    env.gpu_share
+        .as_deref()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|f| *f > 0.0 && *f < 1.0)
+}
+
+fn dcgm_bus_id(bus_id: &str) -> String {
+    match bus_id.split_once(':') {
+        Some((domain, rest)) => format!("{domain:0>8}:{rest}"),
+        None => bus_id.to_owned(),
+    }
+}
+
+fn process(env: &Environment, gpu: &GpuTopology, uid: &str, usage: &PodGpuUsage) -> Process {
+    let (pid, name) = if ours(env, gpu, uid) {
+        (Some(env.process_id), env.process_name.clone())
+    } else if gpu.status.pod_gpu_usage_status.len() == 1 && !gpu.status.allocated_by.pod.is_empty()
+    {
+        let holder = &gpu.status.allocated_by;
+        (None, format!("{}/{}", holder.namespace, holder.pod))
+    } else {
+        (None, format!("pod {uid}"))
+    };
+    Process {
+        gpu_index: gpu.index,
+        gpu_uuid: gpu.id.clone(),
+        pid,
+        name,
+        used_memory: usage.fb_used,
+    }
+}
+
+/// The GPUs of `report` this container sees. Memory used is its own pod's use when the pod is
+/// known, every pod's otherwise; a fractional `RUNAI_NUM_OF_GPUS` shrinks the total to the share.
+pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
+    let topology = &report.topology;
+    let mig_mode = match profile_by_product(&topology.gpu_product) {
+        Some(profile) if profile.mig_capable() => {
+            if topology.mig_strategy == "none" || topology.mig_strategy.is_empty() {
+                "Disabled"
+            } else {
+                "Enabled"
+            }
+        }
+        _ => "N/A",
+    };
+    let total = share(env).map_or(topology.gpu_memory, |f| {
+        (topology.gpu_memory as f64 * f).floor() as u64
+    });
+    let gpus = topology
+        .gpus
+        .iter()
+        .filter(|gpu| visible(env.visible_devices.as_deref(), gpu))
+        .map(|gpu| {
+            let usage = &gpu.status.pod_gpu_usage_status;
+            let mine: Vec<_> = usage
+                .iter()
+                .filter(|(uid, _)| ours(env, gpu, uid))
+                .collect();
+            let used: u64 = if mine.is_empty() {
+                usage.values().map(|u| u.fb_used).sum()
+            } else {
+                mine.iter().map(|(_, u)| u.fb_used).sum()
+            };
+            Gpu {
+                index: gpu.index,
+                name: topology.gpu_product.clone(),
+                uuid: gpu.id.clone(),
+                bus_id: dcgm_bus_id(&gpu.pci_bus_id),
+                memory_total: total,
+                memory_used: used.min(total),
+                utilization: report
+                    .utilization
+                    .get(&gpu.id)
+                    .copied()
+                    .unwrap_or(0)
+                    .min(100),
+                power_limit: (topology.power_limit_watts > 0).then_some(topology.power_limit_watts),
+                mig_mode,
+                compute_capability: topology.compute_capability.clone(),
+                processes: usage
+                    .iter()
+                    .map(|(uid, u)| process(env, gpu, uid, u))
+                    .collect(),
+            }
+        })
+        .collect();
+    Machine {
+        driver_version: topology.driver_version.clone(),
+        cuda_version: topology.cuda_version.clone(),
+        gpus,
+    }
+}

@@ -1,0 +1,318 @@
+//! The fake nvidia-smi against a real HTTP socket serving a node report, as the exporter does:
+//! golden outputs for every builtin profile, and the errors a user meets.
+//!
+//! Regenerate the golden files after an intended layout change with
+//! `FAKEGPU_BLESS=1 cargo test -p fakegpu-node-agent --test nvidia_smi`, and read the diff.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    net::TcpListener,
+    path::PathBuf,
+    process::Command,
+};
+
+use anyhow::Context;
+use fakegpu_api::{
+    profiles::{GpuProfile, PROFILES},
+    report::NodeReport,
+    topology::{
+        AllocatedBy, FORMAT_VERSION, GpuStatus, GpuTopology, NodeTopology, PodGpuUsage,
+        UtilizationBounds, gpu_uuid, pci_address,
+    },
+};
+use fakegpu_node_agent::smi::{self, Environment};
+
+const NODE: &str = "gpu-node-1";
+const DATE: &str = "Thu Dec  3 09:23:57 2026";
+
+/// A node of `profile` whose GPU 0 runs pod `team-a/train-0` at 40 % with 12 GiB, and whose
+/// GPU 1 is shared by two pods.
+fn report(profile: &GpuProfile) -> NodeReport {
+    let gpus = (0..profile.gpus_per_node)
+        .map(|index| {
+            let (pci_bus_id, pcie_root) = pci_address(0, index);
+            let usage = |fb_used| PodGpuUsage {
+                utilization: UtilizationBounds { min: 40, max: 40 },
+                fb_used,
+                use_knative_utilization: false,
+            };
+            let status = match index {
+                0 => GpuStatus {
+                    allocated_by: AllocatedBy {
+                        namespace: "team-a".into(),
+                        pod: "train-0".into(),
+                        container: "main".into(),
+                    },
+                    pod_gpu_usage_status: BTreeMap::from([("uid-train-0".into(), usage(12288))]),
+                },
+                1 => GpuStatus {
+                    pod_gpu_usage_status: BTreeMap::from([
+                        ("uid-half-a".into(), usage(2048)),
+                        ("uid-half-b".into(), usage(1024)),
+                    ]),
+                    ..Default::default()
+                },
+                _ => GpuStatus::default(),
+            };
+            GpuTopology {
+                id: gpu_uuid(NODE, index),
+                index,
+                pci_bus_id,
+                pcie_root,
+                status,
+                ..Default::default()
+            }
+        })
+        .collect::<Vec<_>>();
+    let utilization = gpus
+        .iter()
+        .map(|g| (g.id.clone(), if g.index < 2 { 40 } else { 0 }))
+        .collect();
+    NodeReport {
+        node: NODE.into(),
+        topology: NodeTopology {
+            version: FORMAT_VERSION,
+            pool: "pool".into(),
+            gpu_memory: profile.memory_mib,
+            gpu_product: profile.product.into(),
+            driver_version: profile.driver_version.into(),
+            cuda_version: profile.cuda_version.into(),
+            mig_strategy: "none".into(),
+            architecture: profile.architecture.as_str().into(),
+            brand: profile.brand.into(),
+            compute_capability: profile.compute_capability.to_string(),
+            power_limit_watts: profile.power_limit_watts,
+            other_devices: Vec::new(),
+            gpus,
+        },
+        utilization,
+    }
+}
+
+/// Serves `report` for [`NODE`] (404 for other nodes) on a fresh local port, one connection
+/// at a time, until the test process ends. Returns the base URL.
+fn serve(report: &NodeReport) -> anyhow::Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let body = serde_json::to_string(report)?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut request_line = String::new();
+            let _ = reader.read_line(&mut request_line);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let (status, body) = if request_line.contains(&format!("/topology/nodes/{NODE} ")) {
+                ("200 OK", body.as_str())
+            } else {
+                ("404 Not Found", "no such node")
+            };
+            let _ = write!(
+                &stream,
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok(url)
+}
+
+fn environment(url: &str) -> Environment {
+    Environment {
+        node: Some(NODE.into()),
+        exporter_url: Some(url.into()),
+        process_id: 1,
+        process_name: "python3".into(),
+        ..Default::default()
+    }
+}
+
+/// Runs nvidia-smi in-process; exit code, stdout, stderr.
+fn smi(args: &str, env: &Environment) -> (i32, String, String) {
+    let args: Vec<String> = args.split_whitespace().map(str::to_owned).collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = smi::run(&args, env, DATE, &mut out, &mut err);
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}
+
+const QUERY: &str = "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,utilization.gpu,temperature.gpu,power.draw,power.limit,compute_cap,mig.mode.current --format=csv";
+
+/// What a pod given GPU 0 (and a host-wide view) sees for `profile`.
+fn transcript(profile: &GpuProfile) -> anyhow::Result<String> {
+    let url = serve(&report(profile))?;
+    let host = environment(&url);
+    let pod = Environment {
+        visible_devices: Some(gpu_uuid(NODE, 0)),
+        hostname: Some("train-0".into()),
+        ..environment(&url)
+    };
+    let mut text = String::new();
+    for (who, env, args) in [
+        ("host", &host, ""),
+        ("host", &host, "-L"),
+        ("host", &host, QUERY),
+        ("pod train-0", &pod, ""),
+        ("pod train-0", &pod, "-L"),
+        (
+            "pod train-0",
+            &pod,
+            "--query-gpu=index,memory.used,utilization.gpu --format=csv,noheader,nounits",
+        ),
+        (
+            "pod train-0",
+            &pod,
+            "--query-compute-apps=pid,process_name,used_memory --format=csv",
+        ),
+    ] {
+        let (code, out, err) = smi(args, env);
+        assert_eq!(code, 0, "{} {args}: {err}", profile.name);
+        text.push_str(&format!("### {who}: nvidia-smi {args}\n{out}\n"));
+    }
+    Ok(text)
+}
+
+#[test]
+fn every_builtin_profile_matches_its_golden_output() -> anyhow::Result<()> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nvidia-smi");
+    let bless = std::env::var_os("FAKEGPU_BLESS").is_some();
+    let mut mismatched = Vec::new();
+    for profile in PROFILES {
+        let text = transcript(profile)?;
+        let path = dir.join(format!("{}.txt", profile.name));
+        if bless {
+            std::fs::write(&path, &text)?;
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path).unwrap_or_default();
+        if golden != text {
+            mismatched.push(format!(
+                "{}: differs from {}\n--- got ---\n{text}",
+                profile.name,
+                path.display()
+            ));
+        }
+    }
+    assert!(mismatched.is_empty(), "{}", mismatched.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
+    let profile = fakegpu_api::profiles::profile("h100").context("h100 profile")?;
+    let url = serve(&report(profile))?;
+    let pod = Environment {
+        visible_devices: Some(gpu_uuid(NODE, 0)),
+        hostname: Some("train-0".into()),
+        ..environment(&url)
+    };
+    let (_, out, _) = smi(
+        "--query-gpu=index,uuid,memory.used,utilization.gpu --format=csv,noheader",
+        &pod,
+    );
+    assert_eq!(out, format!("0, {}, 12288 MiB, 40 %\n", gpu_uuid(NODE, 0)));
+    // A fractional pod sees its share of the memory.
+    let half = Environment {
+        visible_devices: Some(gpu_uuid(NODE, 1)),
+        pod_uid: Some("uid-half-a".into()),
+        gpu_share: Some("0.5".into()),
+        ..environment(&url)
+    };
+    let (_, out, _) = smi(
+        "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits",
+        &half,
+    );
+    assert_eq!(out, format!("2048, {}\n", profile.memory_mib / 2));
+    // -i picks by index or UUID; an unknown one is not found.
+    let host = environment(&url);
+    let (code, out, _) = smi(&format!("-L -i 3,{}", gpu_uuid(NODE, 2)), &host);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 2);
+    assert!(
+        out.starts_with("GPU 3: NVIDIA H100 80GB HBM3 (UUID: GPU-"),
+        "{out}"
+    );
+    assert_eq!(smi("-L -i 99", &host).0, 6);
+    // Devices the container was not given are not shown; none at all is "No devices".
+    let none = Environment {
+        visible_devices: Some("void".into()),
+        ..environment(&url)
+    };
+    let (code, out, _) = smi("", &none);
+    assert_eq!((code, out.as_str()), (6, "No devices were found\n"));
+    Ok(())
+}
+
+#[test]
+fn errors_are_clear_and_exit_non_zero() -> anyhow::Result<()> {
+    let profile = fakegpu_api::profiles::profile("l40s").context("l40s profile")?;
+    let url = serve(&report(profile))?;
+    let env = environment(&url);
+    let (code, _, err) = smi("--query-gpu=name,bogus.field --format=csv", &env);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("\"bogus.field\" is not a valid field"),
+        "{err}"
+    );
+    let (code, _, err) = smi("--query-gpu=name", &env);
+    assert_eq!(code, 2);
+    assert!(err.contains("--format"), "{err}");
+    // A node the exporter does not know has no devices.
+    let other = Environment {
+        node: Some("not-a-gpu-node".into()),
+        ..environment(&url)
+    };
+    assert_eq!(smi("", &other).0, 6);
+    // Nothing listening: the driver (here, the exporter) cannot be reached.
+    let closed = TcpListener::bind("127.0.0.1:0")?;
+    let dead = format!("http://{}", closed.local_addr()?);
+    drop(closed);
+    let (code, _, err) = smi("", &environment(&dead));
+    assert_eq!(code, 9);
+    assert!(
+        err.contains("couldn't communicate with the fakegpu exporter"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_binary_refuses_to_run_without_node_name() -> anyhow::Result<()> {
+    let output = Command::new(env!("CARGO_BIN_EXE_nvidia-smi"))
+        .env_remove("NODE_NAME")
+        .env("FAKEGPU_EXPORTER_URL", "http://127.0.0.1:1")
+        .output()?;
+    assert_eq!(output.status.code(), Some(9));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("NODE_NAME is not set"), "{stderr}");
+    // With the environment a container gets, the binary prints the node's GPUs.
+    let profile = fakegpu_api::profiles::profile("t4").context("t4 profile")?;
+    let url = serve(&report(profile))?;
+    let output = Command::new(env!("CARGO_BIN_EXE_nvidia-smi"))
+        .arg("-L")
+        .env("NODE_NAME", NODE)
+        .env("FAKEGPU_EXPORTER_URL", &url)
+        .env("NVIDIA_VISIBLE_DEVICES", gpu_uuid(NODE, 0))
+        .output()?;
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("GPU 0: Tesla T4 (UUID: {})\n", gpu_uuid(NODE, 0))
+    );
+    let table = Command::new(env!("CARGO_BIN_EXE_nvidia-smi"))
+        .env("NODE_NAME", NODE)
+        .env("FAKEGPU_EXPORTER_URL", &url)
+        .output()?;
+    let text = String::from_utf8_lossy(&table.stdout);
+    // The first line is today's date in the ANSI C layout.
+    let date = text.lines().next().unwrap_or_default().trim_end();
+    assert_eq!(date.len(), DATE.len(), "{text}");
+    assert!(text.contains("| NVIDIA-SMI 535.183.01 "), "{text}");
+    Ok(())
+}
