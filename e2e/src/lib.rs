@@ -460,3 +460,22 @@ pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
         rest.strip_prefix(' ')?.trim().parse().ok()
     })
 }
+
+/// (CPU seconds so far, peak RSS in MiB) of a process.
+pub fn process_usage(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).context("utime")?.parse::<f64>()?
+        + fields.get(12).context("stime")?.parse::<f64>()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let peak_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("VmHWM")?
+        .parse()?;
+    // The kernel's USER_HZ is 100 on every Linux this runs on.
+    Ok((ticks / 100.0, peak_kib / 1024.0))
+}

@@ -18,6 +18,7 @@ use anyhow::{Context, bail};
 use fakegpu_api::names::{label, metric, topology as topology_names};
 use fakegpu_e2e::{
     admin_client, create_namespace, create_pool, hack, http_get, install_crds, operator_address,
+    process_usage,
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::{
@@ -125,25 +126,6 @@ fn cpu_by_process(operator: u32) -> anyhow::Result<BTreeMap<&'static str, f64>> 
     cpu.insert("fakegpu-operator", process_usage(operator)?.0);
     cpu.insert("driver", process_usage(std::process::id())?.0);
     Ok(cpu)
-}
-
-/// (CPU seconds so far, peak RSS in MiB) of a process.
-fn process_usage(pid: u32) -> anyhow::Result<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11).context("utime")?.parse::<f64>()?
-        + fields.get(12).context("stime")?.parse::<f64>()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let peak_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("VmHWM")?
-        .parse()?;
-    // The kernel's USER_HZ is 100 on every Linux this runs on.
-    Ok((ticks / 100.0, peak_kib / 1024.0))
 }
 
 /// The operator's write counters by kind and verb.
