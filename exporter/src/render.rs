@@ -11,7 +11,10 @@ use fakegpu_api::{
     report::NodeReport,
     topology::NodeTopology,
 };
-use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, TextEncoder,
+    proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType},
+};
 
 use crate::{documents::Snapshot, draws::Draws};
 
@@ -150,8 +153,48 @@ pub fn node_report(
     }
 }
 
+/// A gauge family with one metric per sample, labelled in dcgm-exporter's order.
+fn gauge_family(
+    name: &str,
+    help: &str,
+    labels: &[&str; 10],
+    samples: &[GpuSample],
+    value: impl Fn(&GpuSample) -> f64,
+) -> MetricFamily {
+    let metrics = samples
+        .iter()
+        .map(|sample| {
+            let pairs = labels
+                .iter()
+                .zip(&sample.labels)
+                .map(|(name, value)| {
+                    let mut pair = LabelPair::default();
+                    pair.set_name((*name).to_owned());
+                    pair.set_value(value.clone());
+                    pair
+                })
+                .collect();
+            let mut gauge = Gauge::default();
+            gauge.set_value(value(sample));
+            let mut metric = Metric::default();
+            metric.set_label(pairs);
+            metric.set_gauge(gauge);
+            metric
+        })
+        .collect();
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_owned());
+    family.set_help(help.to_owned());
+    family.set_field_type(MetricType::GAUGE);
+    family.set_metric(metrics);
+    family
+}
+
 /// The text format of `samples`; `hostname_label` names the hostname label (`Hostname` or
 /// `hostname`); `knative_up`, once Prometheus was asked, whether it answered.
+///
+/// The families are built directly, not through a registry of gauge vectors: at 8 000 GPUs
+/// the registry's hashing of every label set on every scrape took most of a scrape's time.
 pub fn encode(
     samples: &[GpuSample],
     hostname_label: &str,
@@ -159,38 +202,46 @@ pub fn encode(
 ) -> Result<String, prometheus::Error> {
     let mut labels = dcgm::LABELS;
     labels[dcgm::HOSTNAME_LABEL] = hostname_label;
-    let registry = Registry::new();
-    let gauge = |name: &str, help: &str| -> Result<GaugeVec, prometheus::Error> {
-        let vec = GaugeVec::new(Opts::new(name, help), &labels)?;
-        registry.register(Box::new(vec.clone()))?;
-        Ok(vec)
-    };
-    let util = gauge(dcgm::GPU_UTIL, "GPU utilization (in %).")?;
-    let used = gauge(dcgm::FB_USED, "Framebuffer memory used (in MiB).")?;
-    let free = gauge(dcgm::FB_FREE, "Framebuffer memory free (in MiB).")?;
-    let active = gauge(
-        dcgm::GR_ENGINE_ACTIVE,
-        "Ratio of time the graphics engine is active.",
-    )?;
-    for sample in samples {
-        let values: Vec<&str> = sample.labels.iter().map(String::as_str).collect();
-        util.with_label_values(&values).set(sample.utilization);
-        used.with_label_values(&values).set(sample.fb_used);
-        free.with_label_values(&values).set(sample.fb_free);
-        active
-            .with_label_values(&values)
-            .set(sample.utilization / 100.0);
-    }
+    let mut families = vec![
+        gauge_family(
+            dcgm::GPU_UTIL,
+            "GPU utilization (in %).",
+            &labels,
+            samples,
+            |s| s.utilization,
+        ),
+        gauge_family(
+            dcgm::FB_USED,
+            "Framebuffer memory used (in MiB).",
+            &labels,
+            samples,
+            |s| s.fb_used,
+        ),
+        gauge_family(
+            dcgm::FB_FREE,
+            "Framebuffer memory free (in MiB).",
+            &labels,
+            samples,
+            |s| s.fb_free,
+        ),
+        gauge_family(
+            dcgm::GR_ENGINE_ACTIVE,
+            "Ratio of time the graphics engine is active.",
+            &labels,
+            samples,
+            |s| s.utilization / 100.0,
+        ),
+    ];
     if let Some(up) = knative_up {
         let gauge = prometheus::IntGauge::new(
             metric::EXPORTER_KNATIVE_UP,
             "1 when Prometheus answered the last request-rate query for inference pods.",
         )?;
         gauge.set(i64::from(up));
-        registry.register(Box::new(gauge))?;
+        families.extend(prometheus::core::Collector::collect(&gauge));
     }
-    let mut buffer = Vec::new();
-    TextEncoder::new().encode(&registry.gather(), &mut buffer)?;
+    let mut buffer = Vec::with_capacity(samples.len() * 4 * 320);
+    TextEncoder::new().encode(&families, &mut buffer)?;
     String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
 }
 
@@ -254,7 +305,7 @@ mod tests {
         assert_eq!(samples[1].fb_free, 81559.0);
         let text = encode(&samples, "Hostname", None).expect("encodes");
         assert!(!text.contains("knative"));
-        // The prometheus crate renders labels sorted by name; Prometheus reads them by name.
+        // Labels in dcgm-exporter's order; Prometheus reads them by name either way.
         let line = text
             .lines()
             .find(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.contains(r#"UUID="GPU-a""#))
