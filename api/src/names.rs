@@ -26,17 +26,10 @@ pub mod label {
 
     /// KWOK's conventional node label (`type=kwok`); users select KWOK nodes with it.
     pub const KWOK_TYPE: &str = "type";
-    /// Pod label of Run:ai workloads: pods of inference kinds take their GPU utilization from
-    /// their Knative revision's request rate (see [`INFERENCE_WORKLOAD_KINDS`]).
+    /// Pod label of Run:ai workloads: its kind sets the pod's simulated utilization (see
+    /// [`crate::utilization::WorkloadType`]); inference kinds take it from their Knative
+    /// revision's request rate.
     pub const WORKLOAD_KIND: &str = "workloadKind";
-    /// [`WORKLOAD_KIND`] values of inference workloads: Run:ai's CRD kinds and the reference's
-    /// short names.
-    pub const INFERENCE_WORKLOAD_KINDS: &[&str] = &[
-        "InferenceWorkload",
-        "DistributedWorkload",
-        "Inference",
-        "Distributed",
-    ];
     /// Value of [`KWOK_TYPE`] on KWOK nodes.
     pub const KWOK_TYPE_VALUE: &str = "kwok";
 
@@ -145,6 +138,10 @@ pub mod annotation {
     /// Pod annotation (Run:ai) with the share of a GPU's memory the pod uses, `0.5`; read by
     /// pod tracking for the framebuffer a pod occupies (default: all of it).
     pub const GPU_FRACTION: &str = "gpu-fraction";
+
+    /// Pod annotation naming the pod's PodGroup (Run:ai, KAI scheduler); without a
+    /// `workloadKind` label, the PodGroup's `spec.priorityClassName` tells the workload type.
+    pub const POD_GROUP_NAME: &str = "pod-group-name";
     /// Topology ConfigMap annotation: how many of the node's GPUs pods hold. Written by pod
     /// tracking, read by the pool status (so it need not parse every node's document).
     pub const ALLOCATED_GPUS: &str = "fakegpu.dev/allocated-gpus";
@@ -319,6 +316,15 @@ pub mod container_env {
     pub const RUNAI_NUM_OF_GPUS: &str = "RUNAI_NUM_OF_GPUS";
     /// Where the fake nvidia-smi appears in a container, as with the reference.
     pub const NVIDIA_SMI_PATH: &str = "/bin/nvidia-smi";
+}
+
+/// Run:ai's / KAI scheduler's PodGroup (`scheduling.run.ai/v2alpha2`), read for its
+/// `spec.priorityClassName` (the workload type of pods without a `workloadKind` label).
+pub mod pod_group {
+    pub const GROUP: &str = "scheduling.run.ai";
+    pub const VERSION: &str = "v2alpha2";
+    pub const KIND: &str = "PodGroup";
+    pub const PLURAL: &str = "podgroups";
 }
 
 /// The exporter's HTTP API besides `/metrics`.

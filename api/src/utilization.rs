@@ -64,9 +64,85 @@ impl fmt::Display for UtilizationRange {
     }
 }
 
+/// What a pod runs, as the reference tells it from the pod's `workloadKind` label or its
+/// PodGroup's `priorityClassName`; a pod without a utilization annotation runs at its type's
+/// range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadType {
+    Train,
+    Build,
+    Interactive,
+    /// Utilization follows the Knative revision's request rate.
+    Inference,
+}
+
+impl WorkloadType {
+    /// From a `workloadKind` label: Run:ai's kinds and the reference's short names.
+    pub fn from_workload_kind(kind: &str) -> Option<Self> {
+        Some(match kind {
+            "Training" | "TrainingWorkload" | "Train" => Self::Train,
+            "Interactive" | "InteractiveWorkload" => Self::Interactive,
+            "Inference" | "InferenceWorkload" | "Distributed" | "DistributedWorkload" => {
+                Self::Inference
+            }
+            _ => return None,
+        })
+    }
+
+    /// From a PodGroup's `spec.priorityClassName` (Run:ai's priority classes).
+    pub fn from_priority_class(name: &str) -> Option<Self> {
+        Some(match name {
+            "train" => Self::Train,
+            "build" => Self::Build,
+            "interactive" | "interactive-preemptible" | "distributed" => Self::Interactive,
+            "inference" | "distributed-inference" => Self::Inference,
+            _ => return None,
+        })
+    }
+
+    /// The reference's range for the type: training busy, the rest idle (inference until its
+    /// request rate is known).
+    pub fn range(self) -> UtilizationRange {
+        match self {
+            Self::Train => UtilizationRange { min: 80, max: 100 },
+            Self::Build | Self::Interactive | Self::Inference => {
+                UtilizationRange { min: 0, max: 0 }
+            }
+        }
+    }
+
+    pub fn uses_knative(self) -> bool {
+        self == Self::Inference
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workload_types_from_kinds_and_priority_classes() {
+        assert_eq!(
+            WorkloadType::from_workload_kind("InferenceWorkload"),
+            Some(WorkloadType::Inference)
+        );
+        assert_eq!(
+            WorkloadType::from_workload_kind("Training").map(WorkloadType::range),
+            Some(UtilizationRange { min: 80, max: 100 })
+        );
+        assert_eq!(WorkloadType::from_workload_kind("Job"), None);
+        assert!(
+            WorkloadType::from_priority_class("inference").is_some_and(WorkloadType::uses_knative)
+        );
+        assert_eq!(
+            WorkloadType::from_priority_class("build").map(WorkloadType::range),
+            Some(UtilizationRange { min: 0, max: 0 })
+        );
+        assert_eq!(
+            WorkloadType::from_priority_class("system-node-critical"),
+            None
+        );
+    }
 
     #[test]
     fn parses_constants_and_ranges() {

@@ -322,9 +322,9 @@ async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
                 let up = text
                     .lines()
                     .any(|l| l == format!("{} 0", metric::EXPORTER_KNATIVE_UP));
-                // No range for the inference pod: the reference's default, 100 %.
+                // No range on the inference pod: its type's, idle (as the reference).
                 let fallback =
-                    series_value(&text, dcgm::GPU_UTIL, &[("pod", "infer")]) == Some(100.0);
+                    series_value(&text, dcgm::GPU_UTIL, &[("pod", "infer")]) == Some(0.0);
                 Ok((up && fallback).then_some(()))
             },
         )

@@ -5,7 +5,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{GpuNodePool, names::label, topology::NodeTopology};
+use fakegpu_api::{
+    GpuNodePool,
+    names::{annotation, label, pod_group},
+    topology::NodeTopology,
+};
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
     eventually, install_crds, running_pod, topology_of, unique_name,
@@ -17,6 +21,7 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
+    core::{ApiResource, DynamicObject, GroupVersionKind},
 };
 use serde_json::json;
 
@@ -472,6 +477,106 @@ async fn a_fractioning_condition_written_by_another_controller_is_left_alone() -
             "{condition:?}"
         );
         anyhow::Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// Run:ai's / KAI's PodGroup API, as far as the operator reads it (`spec.priorityClassName`);
+/// installed by the test when the cluster lacks it.
+async fn install_pod_group_crd(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::runtime::wait::{await_condition, conditions};
+    let name = format!("{}.{}", pod_group::PLURAL, pod_group::GROUP);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": pod_group::GROUP, "scope": "Namespaced",
+            "names": {"kind": pod_group::KIND, "plural": pod_group::PLURAL, "singular": "podgroup", "listKind": "PodGroupList"},
+            "versions": [{"name": pod_group::VERSION, "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    }))?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds.create(&PostParams::default(), &crd).await {
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        other => {
+            other?;
+        }
+    }
+    tokio::time::timeout(
+        CONVERGE,
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await??;
+    Ok(())
+}
+
+/// Pods without a `workloadKind` label take their type from their PodGroup's priority class:
+/// an `inference` group's pod takes its utilization from its request rate, a `train` group's
+/// runs at 80-100 %.
+#[tokio::test]
+async fn pod_groups_tell_the_workload_type() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    install_pod_group_crd(&client).await?;
+    let pool = unique_name("pg");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
+    let namespace = create_namespace(&client, "pg").await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&pool)
+        .node(&node)
+        .namespace(&namespace);
+    let result = async {
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 2}})).await?;
+        let gvk = GroupVersionKind::gvk(pod_group::GROUP, pod_group::VERSION, pod_group::KIND);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, pod_group::PLURAL);
+        let groups: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let mut uids = Vec::new();
+        for (group, class) in [("serve", "inference"), ("learn", "train")] {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": format!("{}/{}", pod_group::GROUP, pod_group::VERSION),
+                "kind": pod_group::KIND,
+                "metadata": {"name": group},
+                "spec": {"minMember": 1, "priorityClassName": class},
+            }))?;
+            groups.create(&PostParams::default(), &object).await?;
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{group}-0"),
+                    "annotations": {annotation::POD_GROUP_NAME: group}},
+                "spec": {
+                    "nodeSelector": {"fakegpu.dev/pool": pool},
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [{"name": "main", "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                },
+            }))?;
+            let pod = pods.create(&PostParams::default(), &pod).await?;
+            uids.push(pod.uid().context("pod uid")?);
+        }
+        topology_where(
+            &client,
+            &node,
+            "usage typed by the PodGroups",
+            |document| {
+                let usage = |uid: &String| {
+                    document
+                        .gpus
+                        .iter()
+                        .find_map(|g| g.status.pod_gpu_usage_status.get(uid))
+                };
+                let serve = usage(&uids[0]).is_some_and(|u| u.use_knative_utilization);
+                let learn = usage(&uids[1]).is_some_and(|u| {
+                    !u.use_knative_utilization && (u.utilization.min, u.utilization.max) == (80, 100)
+                });
+                serve && learn
+            },
+        )
+        .await?;
+        Ok(())
     }
     .await;
     cleanup.after(result).await

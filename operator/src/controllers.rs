@@ -170,6 +170,7 @@ pub async fn run(
     };
 
     let ctx = Arc::new(Context {
+        pod_groups: crate::pod_groups::PodGroups::new(client.clone()),
         client,
         namespace,
         pools: pools.clone(),

@@ -18,6 +18,7 @@ pub mod membership;
 pub mod metrics;
 pub mod node;
 pub mod pacer;
+pub mod pod_groups;
 pub mod pods;
 pub mod pool;
 pub mod recent;
@@ -88,6 +89,8 @@ pub struct Context {
     pub reported_annotations: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
     /// Writes sent whose watch events have not arrived yet (see [`recent`]).
     pub recent: Arc<recent::RecentWrites>,
+    /// PodGroups' priority classes, asked for as pods name them.
+    pub pod_groups: pod_groups::PodGroups,
 }
 
 impl std::fmt::Debug for Context {

@@ -14,7 +14,7 @@ use fakegpu_api::{
     dra::gpu_index,
     names::{annotation, label, resource},
     topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
-    utilization::{UtilizationRange, UtilizationRangeError},
+    utilization::{UtilizationRange, UtilizationRangeError, WorkloadType},
 };
 use k8s_openapi::{
     api::{
@@ -146,14 +146,34 @@ pub fn malformed_utilization(pod: &Pod) -> Option<(String, UtilizationRangeError
         .map(|error| (text.clone(), error))
 }
 
-/// A pod's simulated use of each of its GPUs: the utilization its annotation asks for (else the
-/// pool's default, else the reference's 100%), and framebuffer by `gpu-fraction` (default all).
-pub fn usage(pod: &Pod, default: Option<UtilizationRange>, gpu_memory_mib: u64) -> PodGpuUsage {
+/// Where a pod's utilization comes from when its annotation does not say.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Defaults<'a> {
+    /// The pool's `spec.utilization.default`.
+    pub pool: Option<UtilizationRange>,
+    /// The `spec.priorityClassName` of the pod's PodGroup, if it has one.
+    pub priority_class: Option<&'a str>,
+}
+
+/// The pod's workload type: its `workloadKind` label, else its PodGroup's priority class.
+fn workload_type(pod: &Pod, priority_class: Option<&str>) -> Option<WorkloadType> {
+    match pod.labels().get(label::WORKLOAD_KIND) {
+        Some(kind) => WorkloadType::from_workload_kind(kind),
+        None => priority_class.and_then(WorkloadType::from_priority_class),
+    }
+}
+
+/// A pod's simulated use of each of its GPUs: the utilization its annotation asks for, else its
+/// workload type's range (inference: its request rate), else the pool's default, else the
+/// reference's 100%; framebuffer by `gpu-fraction` (default all).
+pub fn usage(pod: &Pod, defaults: Defaults<'_>, gpu_memory_mib: u64) -> PodGpuUsage {
+    let kind = workload_type(pod, defaults.priority_class);
     let range = pod
         .annotations()
         .get(annotation::SIMULATED_UTILIZATION)
         .and_then(|text| text.parse::<UtilizationRange>().ok())
-        .or(default)
+        .or(kind.map(WorkloadType::range))
+        .or(defaults.pool)
         .unwrap_or(UtilizationRange { min: 100, max: 100 });
     let fraction = pod
         .annotations()
@@ -168,10 +188,7 @@ pub fn usage(pod: &Pod, default: Option<UtilizationRange>, gpu_memory_mib: u64) 
         },
         // Bounded by the GPU's memory: the cast cannot overflow.
         fb_used: (gpu_memory_mib as f64 * fraction) as u64,
-        use_knative_utilization: pod
-            .labels()
-            .get(label::WORKLOAD_KIND)
-            .is_some_and(|kind| label::INFERENCE_WORKLOAD_KINDS.contains(&kind.as_str())),
+        use_knative_utilization: kind.is_some_and(WorkloadType::uses_knative),
     }
 }
 
@@ -180,7 +197,7 @@ pub fn gpu_user(
     pod: &Pod,
     node: &str,
     claim: impl Fn(&str) -> Option<std::sync::Arc<ResourceClaim>>,
-    default: Option<UtilizationRange>,
+    defaults: Defaults<'_>,
     gpu_memory_mib: u64,
 ) -> Option<GpuUser> {
     if !is_active(pod) {
@@ -211,7 +228,7 @@ pub fn gpu_user(
         created: pod.creation_timestamp(),
         extended,
         allocated,
-        usage: usage(pod, default, gpu_memory_mib),
+        usage: usage(pod, defaults, gpu_memory_mib),
     })
 }
 
@@ -343,7 +360,14 @@ mod tests {
     }
 
     fn user(pod: &Pod, claims: &[Arc<ResourceClaim>]) -> GpuUser {
-        gpu_user(pod, "n", |_| claims.first().cloned(), None, 1000).expect("uses GPUs")
+        gpu_user(
+            pod,
+            "n",
+            |_| claims.first().cloned(),
+            Defaults::default(),
+            1000,
+        )
+        .expect("uses GPUs")
     }
 
     fn holders(gpus: &[GpuTopology]) -> Vec<&str> {
@@ -364,7 +388,7 @@ mod tests {
         );
         assert_eq!(extended_gpus(&with_init), 2);
         let none = pod("c", "2026-01-01T00:00:00Z", json!({}));
-        assert_eq!(gpu_user(&none, "n", |_| None, None, 1), None);
+        assert_eq!(gpu_user(&none, "n", |_| None, Defaults::default(), 1), None);
     }
 
     #[test]
@@ -453,7 +477,7 @@ mod tests {
             "2026-01-01T00:00:00Z",
             json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "10-30", "gpu-fraction": "0.5"}}}),
         );
-        let usage_a = usage(&annotated, None, 1000);
+        let usage_a = usage(&annotated, Defaults::default(), 1000);
         assert_eq!(
             (
                 usage_a.utilization.min,
@@ -467,17 +491,47 @@ mod tests {
             "2026-01-01T00:00:00Z",
             json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "30-10", "gpu-fraction": "7"}}}),
         );
-        let default = Some(UtilizationRange { min: 5, max: 5 });
+        let default = Defaults {
+            pool: Some(UtilizationRange { min: 5, max: 5 }),
+            priority_class: None,
+        };
         let usage_b = usage(&malformed, default, 1000);
         assert_eq!((usage_b.utilization.min, usage_b.fb_used), (5, 1000));
-        assert_eq!(usage(&malformed, None, 1).utilization.max, 100);
+        assert_eq!(
+            usage(&malformed, Defaults::default(), 1).utilization.max,
+            100
+        );
         assert!(!usage_b.use_knative_utilization);
         let inference = pod(
             "c",
             "2026-01-01T00:00:00Z",
             json!({"metadata": {"labels": {"workloadKind": "InferenceWorkload"}}}),
         );
-        assert!(usage(&inference, None, 1).use_knative_utilization);
+        let inference_usage = usage(&inference, default, 1);
+        assert!(inference_usage.use_knative_utilization);
+        // Its type's range (idle until the request rate is known) wins over the pool's default.
+        assert_eq!(inference_usage.utilization.max, 0);
+        // Without a label, the PodGroup's priority class tells the type.
+        let grouped = pod(
+            "e",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"annotations": {"pod-group-name": "pg"}}}),
+        );
+        let train = Defaults {
+            priority_class: Some("train"),
+            ..default
+        };
+        let usage_e = usage(&grouped, train, 1);
+        assert_eq!(
+            (usage_e.utilization.min, usage_e.utilization.max),
+            (80, 100)
+        );
+        assert!(!usage_e.use_knative_utilization);
+        let inference_class = Defaults {
+            priority_class: Some("inference"),
+            ..default
+        };
+        assert!(usage(&grouped, inference_class, 1).use_knative_utilization);
         for bad in ["30-10", "abc", "-5", "10-200"] {
             let p = pod(
                 "d",

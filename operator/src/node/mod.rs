@@ -8,7 +8,11 @@ pub mod slice;
 pub mod status;
 pub mod topology;
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use fakegpu_api::{
     GpuNodePool,
@@ -19,7 +23,7 @@ use fakegpu_api::{
 };
 use k8s_openapi::{
     api::{
-        core::v1::{ConfigMap, Node, NodeStatus},
+        core::v1::{ConfigMap, Node, NodeStatus, Pod},
         resource::v1::ResourceSlice,
     },
     apimachinery::pkg::apis::meta::v1::Time,
@@ -33,7 +37,11 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::{Context, Error, Result, apply, events, membership, tracking};
+use crate::{
+    Context, Error, Result, apply, events, membership,
+    pod_groups::{PodGroupKey, pod_group_of},
+    tracking,
+};
 
 /// Trims a cached node to what the controllers read: metadata (fakegpu's managed-fields entry
 /// only), capacity, allocatable and the fractioning condition. At 10 000 nodes the rest (images,
@@ -80,7 +88,9 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     match resolve(&pool.spec.gpu) {
         Ok(gpu) => {
             ensure_labels(&ctx, &node, &pool, &gpu).await?;
-            let topology = desired_topology(&ctx, &node, &pool, &gpu);
+            let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);
+            let classes = ctx.pod_groups.priority_classes(&pods).await;
+            let topology = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
             ensure_status(&ctx, &node, &pool, &gpu, &topology).await?;
             ensure_slice(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
@@ -212,6 +222,8 @@ fn desired_topology(
     node: &Node,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
+    pods: &[Arc<Pod>],
+    priority_classes: &HashMap<PodGroupKey, String>,
 ) -> NodeTopology {
     let name = node.name_any();
     // A document edited by hand into garbage is simply rebuilt.
@@ -225,14 +237,17 @@ fn desired_topology(
         .as_ref()
         .and_then(|u| u.default.as_deref())
         .and_then(|text| text.parse().ok());
-    let users: Vec<_> = ctx
-        .pods_by_node
-        .pods_on(&name, &ctx.pods)
+    let users: Vec<_> = pods
         .iter()
         .filter_map(|pod| {
             let namespace = pod.namespace().unwrap_or_default();
             let claim = |claim: &str| ctx.claims.get(&ObjectRef::new(claim).within(&namespace));
-            tracking::gpu_user(pod, &name, claim, default, gpu.memory_mib)
+            let class = pod_group_of(pod).and_then(|key| priority_classes.get(&key));
+            let defaults = tracking::Defaults {
+                pool: default,
+                priority_class: class.map(String::as_str),
+            };
+            tracking::gpu_user(pod, &name, claim, defaults, gpu.memory_mib)
         })
         .collect();
     tracking::assign(&mut document.gpus, &users);
