@@ -41,6 +41,7 @@ $kubectl apply -n demo -f examples/ >/dev/null
 $kubectl wait -n demo pods --all --for=jsonpath='{.status.phase}'=Running --timeout=60s >/dev/null
 show get pods -n demo -o wide
 show get resourceclaims -n demo
+show get computedomains -n demo -o 'custom-columns=NAME:.metadata.name,NODES:.spec.numNodes,STATUS:.status.status,ON:.status.nodes[*].name'
 # The operator records the holders a moment after the pods run.
 sleep 2
 show get gpunodepools

@@ -36,7 +36,7 @@ die() { log "error: $*"; exit 1; }
 install() {
   [[ -n ${KUBECONFIG:-} ]] || die "KUBECONFIG is not set (eval \"\$(hack/cluster.sh env)\")"
   "$kubectl" apply --server-side --field-manager=fakegpu-install -k "$repo/config" >/dev/null
-  "$kubectl" wait --for=condition=Established crd/gpunodepools.fakegpu.dev --timeout=60s >/dev/null
+  "$kubectl" wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
 }
 
 # A kubeconfig that authenticates as a ServiceAccount of the bundle (default: the operator's)

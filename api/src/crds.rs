@@ -3,7 +3,7 @@
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::GpuNodePool;
+use crate::{GpuNodePool, compute_domain::ComputeDomain};
 
 /// Why a CRD could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,8 @@ pub fn render() -> Result<Vec<(&'static str, String)>, RenderError> {
     use_kubernetes_integer_formats(&mut crd);
     let mut nrt = serde_json::to_value(crate::nrt::crd()?)?;
     use_kubernetes_integer_formats(&mut nrt);
+    let mut compute_domain = serde_json::to_value(ComputeDomain::crd())?;
+    use_kubernetes_integer_formats(&mut compute_domain);
     Ok(vec![
         (
             "fakegpu.dev_gpunodepools.yaml",
@@ -28,6 +30,10 @@ pub fn render() -> Result<Vec<(&'static str, String)>, RenderError> {
         (
             "topology.node.k8s.io_noderesourcetopologies.yaml",
             serde_yaml::to_string(&nrt)?,
+        ),
+        (
+            "resource.nvidia.com_computedomains.yaml",
+            serde_yaml::to_string(&compute_domain)?,
         ),
     ])
 }

@@ -155,9 +155,7 @@ pub fn gpu_slice_spec(node: &str, topology: &NodeTopology, generation: i64) -> R
     }
 }
 
-/// The GPU slice `name` of `node` for `topology`, labelled `labels` and owned by the node (the
-/// garbage collector removes it with the node). Its pool generation is `current`'s, raised by
-/// one when the devices change (the scheduler trusts the newest generation of a pool).
+/// The GPU slice `name` of `node` for `topology`, labelled `labels` (see [`node_slice`]).
 pub fn gpu_slice(
     name: &str,
     node: &Node,
@@ -165,7 +163,57 @@ pub fn gpu_slice(
     topology: &NodeTopology,
     current: Option<&ResourceSlice>,
 ) -> ResourceSlice {
-    let mut spec = gpu_slice_spec(&node.name_any(), topology, 0);
+    node_slice(
+        name,
+        node,
+        labels,
+        gpu_slice_spec(&node.name_any(), topology, 0),
+        current,
+    )
+}
+
+/// The IMEX channel devices of a node, as NVIDIA's compute-domain plugin publishes them: only
+/// `channel-0` (the plugin knows 2048 but leaves the others out of its slice), attributes
+/// `type` = `channel` and `id` = 0.
+pub fn channel_slice_spec(node: &str) -> ResourceSliceSpec {
+    use crate::names::compute_domain::{DRIVER, ID_ATTRIBUTE, TYPE_CHANNEL};
+    let attributes = BTreeMap::from([
+        (attribute::TYPE.to_owned(), string(TYPE_CHANNEL)),
+        (
+            ID_ATTRIBUTE.to_owned(),
+            DeviceAttribute {
+                int: Some(0),
+                ..Default::default()
+            },
+        ),
+    ]);
+    ResourceSliceSpec {
+        driver: DRIVER.to_owned(),
+        node_name: Some(node.to_owned()),
+        pool: ResourcePool {
+            name: node.to_owned(),
+            generation: 0,
+            resource_slice_count: 1,
+        },
+        devices: Some(vec![Device {
+            name: "channel-0".to_owned(),
+            attributes: Some(attributes),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+/// Slice `name` of `node` with `spec`'s devices, labelled `labels` and owned by the node (the
+/// garbage collector removes it with the node). Its pool generation is `current`'s, raised by
+/// one when the devices change (the scheduler trusts the newest generation of a pool).
+pub fn node_slice(
+    name: &str,
+    node: &Node,
+    labels: BTreeMap<String, String>,
+    mut spec: ResourceSliceSpec,
+    current: Option<&ResourceSlice>,
+) -> ResourceSlice {
     spec.pool.generation = match current {
         Some(current) if same_devices(&current.spec, &spec) => current.spec.pool.generation,
         Some(current) => current.spec.pool.generation + 1,

@@ -1,6 +1,7 @@
 //! fakegpu's API: the `GpuNodePool` custom resource, the builtin GPU profile catalog and every
 //! externally visible name. The operator, the node agent and the fake nvidia-smi all build on it.
 
+pub mod compute_domain;
 pub mod crds;
 pub mod dra;
 pub mod meta;

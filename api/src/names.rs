@@ -318,6 +318,31 @@ pub mod container_env {
     pub const NVIDIA_SMI_PATH: &str = "/bin/nvidia-smi";
 }
 
+/// NVIDIA's ComputeDomains ([`crate::compute_domain`]): the names its DRA driver and
+/// controller use, which workloads and tools written for them match on.
+pub mod compute_domain {
+    /// DRA driver of IMEX channels; DeviceClass selectors and claims' opaque configs name it.
+    pub const DRIVER: &str = "compute-domain.nvidia.com";
+    /// DeviceClass of a domain's default channel (channel 0); the domain's ResourceClaimTemplate
+    /// requests it, as NVIDIA's controller writes it.
+    pub const DEFAULT_CHANNEL_CLASS: &str = "compute-domain-default-channel.nvidia.com";
+    /// Label on a domain's ResourceClaimTemplate naming the domain.
+    pub const TEMPLATE_LABEL: &str = "resource.nvidia.com/computeDomain";
+    /// Label on a domain's ResourceClaimTemplate: who the claims are for (`Workload`).
+    pub const TARGET_LABEL: &str = "resource.nvidia.com/computeDomainTarget";
+    pub const TARGET_WORKLOAD: &str = "Workload";
+    /// Label on the claims made from a domain's template, naming the domain; the domain's
+    /// status is computed from the claims that carry it.
+    pub const CLAIM_LABEL: &str = "nvidia.com/computeDomain";
+    /// Request name of the channel in the template's claims.
+    pub const CHANNEL_REQUEST: &str = "channel";
+    /// Kind of the opaque configuration in the template, read by the kubelet plugin.
+    pub const CHANNEL_CONFIG_KIND: &str = "ComputeDomainChannelConfig";
+    /// Device attribute values of channels (`type`), and the attribute with the channel id.
+    pub const TYPE_CHANNEL: &str = "channel";
+    pub const ID_ATTRIBUTE: &str = "id";
+}
+
 /// Run:ai's / KAI scheduler's PodGroup (`scheduling.run.ai/v2alpha2`), read for its
 /// `spec.priorityClassName` (the workload type of pods without a `workloadKind` label).
 pub mod pod_group {

@@ -36,7 +36,7 @@ use kube::{
 use tracing::{info, warn};
 
 use crate::{
-    Context, apply,
+    Context, apply, compute_domain,
     metrics::Metrics,
     node,
     pacer::Pacer,
@@ -55,25 +55,47 @@ const NODE_CONCURRENCY: u16 = 64;
 /// At most one status write per pool per interval (see [`crate::pacer`]).
 const POOL_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Whether NodeResourceTopologies can be published: the cluster serves the API (its CRD is in
-/// the bundle, or a topology exporter installed it).
-pub async fn serves_node_resource_topology(client: &Client) -> anyhow::Result<bool> {
-    let group_version = format!("{}/{}", nrt::GROUP, nrt::VERSION);
-    match client.list_api_group_resources(&group_version).await {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == nrt::PLURAL)),
+/// Whether the cluster serves `plural` of `group`/`version` (a CRD installed by the bundle or by
+/// someone else).
+pub async fn serves(
+    client: &Client,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> anyhow::Result<bool> {
+    match client
+        .list_api_group_resources(&format!("{group}/{version}"))
+        .await
+    {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
         Err(error) => Err(error.into()),
     }
 }
 
-/// Runs both controllers until a termination signal; returns once they have stopped.
-/// `node_resource_topology` says whether to publish NodeResourceTopologies.
+/// Whether NodeResourceTopologies can be published: the cluster serves the API (its CRD is in
+/// the bundle, or a topology exporter installed it).
+pub async fn serves_node_resource_topology(client: &Client) -> anyhow::Result<bool> {
+    serves(client, nrt::GROUP, nrt::VERSION, nrt::PLURAL).await
+}
+
+/// APIs the operator serves only where the cluster has them.
+#[derive(Clone, Copy, Debug)]
+pub struct Features {
+    /// Publish NodeResourceTopologies.
+    pub node_resource_topology: bool,
+    /// Run the ComputeDomain controller.
+    pub compute_domains: bool,
+}
+
+/// Runs the controllers until a termination signal; returns once they have stopped.
 pub async fn run(
     client: Client,
     namespace: String,
-    node_resource_topology: bool,
+    features: Features,
     metrics: Metrics,
 ) -> anyhow::Result<()> {
+    let node_resource_topology = features.node_resource_topology;
     let (pools, pool_writer) = reflector::store::<GpuNodePool>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
@@ -152,7 +174,11 @@ pub async fn run(
         claim_writer,
         apply::drop_managed_fields,
     );
-    let (claim_events, [claims_for_nodes]) = fan_out(claim_events);
+    let (claim_events, [claims_for_nodes, claims_for_domains]) = fan_out(claim_events);
+    let domain_watches = features
+        .compute_domains
+        .then(|| compute_domain::Watches::new(&client));
+    let claim_templates = domain_watches.as_ref().map(|w| w.templates.clone());
     let (nrts, nrt_events, nrts_for_nodes) = if node_resource_topology {
         let (store, writer) = reflector::store::<NodeResourceTopology>();
         let own = watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
@@ -187,6 +213,7 @@ pub async fn run(
         node_failures: Default::default(),
         reported_annotations: Default::default(),
         recent,
+        claim_templates,
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())
@@ -263,8 +290,24 @@ pub async fn run(
         }
         info!("caches ready, starting controllers");
         metrics.set_ready(true);
-        future::join(node_controller, pool_controller).await;
-        anyhow::Ok(())
+        let (domain_drive, domain_controller) = match domain_watches {
+            Some(mut watches) => {
+                let drive = std::mem::replace(&mut watches.drive, future::pending().boxed());
+                (drive, watches.run(ctx.clone(), claims_for_domains).boxed())
+            }
+            None => (
+                future::pending().boxed(),
+                future::ready(anyhow::Ok(())).boxed(),
+            ),
+        };
+        let domains = async {
+            tokio::select! {
+                result = domain_controller => result,
+                () = domain_drive => anyhow::bail!("ComputeDomain watch ended"),
+            }
+        };
+        let ((), (), domains) = future::join3(node_controller, pool_controller, domains).await;
+        domains
     };
     tokio::select! {
         result = controllers => result,
@@ -281,7 +324,7 @@ pub async fn run(
 
 /// One kind's watch feeding its cache: every object applied or deleted, after `modify` (which
 /// trims what the cache need not hold). Watch errors are logged and retried with backoff.
-fn cached<K>(
+pub(crate) fn cached<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
@@ -316,7 +359,7 @@ fn confirm<K: kube::Resource<DynamicType = ()>>(
 }
 
 /// Wraps a reconcile function so that every run is counted and timed under `controller`.
-fn measured<K, F, Fut>(
+pub(crate) fn measured<K, F, Fut>(
     controller: &'static str,
     reconcile: F,
 ) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::Result<Action>>
@@ -404,7 +447,7 @@ fn to_every_pool<T>(pools: Store<GpuNodePool>) -> impl Fn(T) -> Vec<ObjectRef<Gp
 /// Logs what a controller reports, except what needs no word: an event of a deleted object (the
 /// streams carry deletions on purpose) finds nothing left to reconcile, and a failed reconcile
 /// was logged by its error policy.
-async fn log_outcome<T, E: std::error::Error, Q: std::error::Error>(
+pub(crate) async fn log_outcome<T, E: std::error::Error, Q: std::error::Error>(
     controller: &str,
     result: Result<T, controller::Error<E, Q>>,
 ) {
@@ -433,7 +476,7 @@ fn log_errors<K>(stream: impl Stream<Item = Result<K, watcher::Error>>) -> impl 
 /// every cache is full) the streams hold every object of the initial lists, once. The returned
 /// future drives `source` and ends with it; the controllers drain their streams promptly (they
 /// deduplicate queued work).
-fn fan_out<T, const N: usize>(
+pub(crate) fn fan_out<T, const N: usize>(
     source: impl Stream<Item = T>,
 ) -> (impl Future<Output = ()>, [impl Stream<Item = Arc<T>>; N]) {
     let mut senders = Vec::with_capacity(N);

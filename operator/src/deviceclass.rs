@@ -1,6 +1,7 @@
 //! DeviceClasses that DRA claims name, defined as NVIDIA's DRA driver defines them, so a claim
-//! written for real GPUs works unchanged: `gpu.nvidia.com` whenever a pool serves DRA, and
-//! `mig.nvidia.com` when such a pool also uses MIG.
+//! written for real GPUs works unchanged: `gpu.nvidia.com` whenever a pool serves DRA,
+//! `mig.nvidia.com` when such a pool also uses MIG, and `compute-domain-default-channel.nvidia.com`
+//! when a pool serves ComputeDomains.
 //!
 //! One class serves every pool; its owner references name every pool that needs it, so the
 //! garbage collector removes it with the last one. A class of the same name that fakegpu did not
@@ -11,6 +12,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use fakegpu_api::{
     GpuNodePool,
     names::{
+        compute_domain,
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
         resource::{GPU, GPU_DEVICE_CLASS, GPU_DRIVER, MIG_DEVICE_CLASS},
     },
@@ -24,19 +26,21 @@ use tracing::info;
 
 use crate::{Context, Result, apply};
 
-fn selector(device_type: &str) -> DeviceSelector {
-    DeviceSelector {
-        cel: Some(CELDeviceSelector {
-            expression: format!(
-                "device.driver == '{GPU_DRIVER}' && device.attributes['{GPU_DRIVER}'].type == '{device_type}'"
-            ),
-        }),
-    }
+/// The names of every class fakegpu may create.
+const CLASSES: [&str; 3] = [
+    GPU_DEVICE_CLASS,
+    MIG_DEVICE_CLASS,
+    compute_domain::DEFAULT_CHANNEL_CLASS,
+];
+
+/// NVIDIA's selector of devices of `driver` whose `type` is `device_type`.
+fn of_type(driver: &str, device_type: &str) -> String {
+    format!("device.driver == '{driver}' && device.attributes['{driver}'].type == '{device_type}'")
 }
 
 fn class(
     name: &str,
-    device_type: &str,
+    expression: String,
     extended_resource: Option<&str>,
     owners: &[&GpuNodePool],
 ) -> DeviceClass {
@@ -61,7 +65,9 @@ fn class(
             ..Default::default()
         },
         spec: Some(DeviceClassSpec {
-            selectors: Some(vec![selector(device_type)]),
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector { expression }),
+            }]),
             extended_resource_name: extended_resource.map(str::to_owned),
             ..Default::default()
         }),
@@ -79,7 +85,12 @@ pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
     if !dra.is_empty() {
         // NVIDIA's chart sets extendedResourceName on this class only: pods asking for
         // `nvidia.com/gpu` can then be served by DRA on nodes that do not advertise it.
-        classes.push(class(GPU_DEVICE_CLASS, "gpu", Some(GPU), &dra));
+        classes.push(class(
+            GPU_DEVICE_CLASS,
+            of_type(GPU_DRIVER, "gpu"),
+            Some(GPU),
+            &dra,
+        ));
     }
     let mig: Vec<&GpuNodePool> = dra
         .iter()
@@ -87,7 +98,31 @@ pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
         .filter(|p| p.spec.mig.is_some())
         .collect();
     if !mig.is_empty() {
-        classes.push(class(MIG_DEVICE_CLASS, "mig", None, &mig));
+        classes.push(class(
+            MIG_DEVICE_CLASS,
+            of_type(GPU_DRIVER, "mig"),
+            None,
+            &mig,
+        ));
+    }
+    let domains: Vec<&GpuNodePool> = pools
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.spec.interfaces.compute_domains)
+        .collect();
+    if !domains.is_empty() {
+        let driver = compute_domain::DRIVER;
+        let expression = format!(
+            "{} && device.attributes['{driver}'].{} == 0",
+            of_type(driver, compute_domain::TYPE_CHANNEL),
+            compute_domain::ID_ATTRIBUTE
+        );
+        classes.push(class(
+            compute_domain::DEFAULT_CHANNEL_CLASS,
+            expression,
+            None,
+            &domains,
+        ));
     }
     classes
 }
@@ -106,7 +141,7 @@ pub fn class_current(current: &DeviceClass, desired: &DeviceClass) -> bool {
 
 /// Classes of fakegpu's names that belong to someone else.
 pub fn foreign_classes(ctx: &Context) -> Vec<String> {
-    [GPU_DEVICE_CLASS, MIG_DEVICE_CLASS]
+    CLASSES
         .into_iter()
         .filter(|name| {
             ctx.device_classes
@@ -139,7 +174,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
             }
         }
     }
-    for name in [GPU_DEVICE_CLASS, MIG_DEVICE_CLASS] {
+    for name in CLASSES {
         let unwanted = !desired.iter().any(|c| c.name_any() == name);
         if unwanted
             && ctx
@@ -147,7 +182,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                 .get(&ObjectRef::new(name))
                 .is_some_and(|c| is_ours(&c))
         {
-            info!(class = %name, "no pool serves DRA with it: deleting DeviceClass");
+            info!(class = %name, "no pool needs it: deleting DeviceClass");
             apply::delete(&api, name).await?;
         }
     }
@@ -222,6 +257,40 @@ mod tests {
             None
         );
         assert_eq!(mig_class.owner_references().len(), 1);
+        assert_eq!(classes.len(), 2);
+    }
+
+    #[test]
+    fn pools_serving_compute_domains_get_the_default_channel_class() {
+        let domains = pool(
+            "nvl",
+            1,
+            json!({"gpu": {"profile": "gb200"}, "interfaces": {"dra": true, "computeDomains": true}}),
+        );
+        let classes = desired_classes(&[domains]);
+        let names: Vec<String> = classes.iter().map(|c| c.name_any()).collect();
+        assert_eq!(
+            names,
+            [
+                "gpu.nvidia.com",
+                "compute-domain-default-channel.nvidia.com"
+            ]
+        );
+        let expression = &classes[1]
+            .spec
+            .as_ref()
+            .expect("spec")
+            .selectors
+            .as_ref()
+            .expect("selectors")[0]
+            .cel
+            .as_ref()
+            .expect("cel")
+            .expression;
+        assert_eq!(
+            expression,
+            "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel' && device.attributes['compute-domain.nvidia.com'].id == 0"
+        );
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! - [`node`]: per Node, the labels and the topology ConfigMap of the pool that owns it;
 //!   the node's status (KWOK capacity, fractioning condition), its KWOK ResourceSlice, and
 //!   which pod holds which GPU ([`tracking`]);
-//! - [`pool`]: per GpuNodePool, its status, conditions and the cleanup finalizer.
+//! - [`pool`]: per GpuNodePool, its status, conditions and the cleanup finalizer;
+//! - [`compute_domain`]: per ComputeDomain, its ResourceClaimTemplate and status.
 //!
 //! Each concern keeps its desired state in pure functions (unit tested without a cluster) and
 //! writes through [`apply`], which skips writes when the cache already shows the desired state.
 
 pub mod apply;
+pub mod compute_domain;
 pub mod controllers;
 pub mod deviceclass;
 pub mod events;
@@ -29,7 +31,7 @@ pub mod tracking;
 use fakegpu_api::GpuNodePool;
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node, Pod},
-    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+    resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice},
 };
 use std::sync::Arc;
 
@@ -91,6 +93,8 @@ pub struct Context {
     pub recent: Arc<recent::RecentWrites>,
     /// PodGroups' priority classes, asked for as pods name them.
     pub pod_groups: pod_groups::PodGroups,
+    /// ComputeDomains' ResourceClaimTemplates; `None` when the cluster serves no ComputeDomains.
+    pub claim_templates: Option<Store<ResourceClaimTemplate>>,
 }
 
 impl std::fmt::Debug for Context {

@@ -52,6 +52,17 @@ async fn main() -> anyhow::Result<()> {
         }
     };
 
+    let compute_domains = fakegpu_operator::compute_domain::served(&client).await?;
+    if !compute_domains {
+        tracing::warn!(
+            "resource.nvidia.com/v1beta1 ComputeDomains are not served: no ComputeDomain controller (install the CRD and restart the operator)"
+        );
+    }
+    let features = controllers::Features {
+        node_resource_topology,
+        compute_domains,
+    };
+
     let leader_election = match std::env::var(LEADER_ELECTION_ENV).as_deref() {
         Ok("true") | Err(_) => true,
         Ok("false") => false,
@@ -62,8 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let operate = async {
         if !leader_election {
             metrics.set_leader(true);
-            return controllers::run(client, namespace, node_resource_topology, metrics.clone())
-                .await;
+            return controllers::run(client, namespace, features, metrics.clone()).await;
         }
         let mut elector = LeaderElector::new(
             client.clone(),
@@ -84,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
         metrics.set_ready(false);
         metrics.set_leader(true);
         let result = tokio::select! {
-            result = controllers::run(client, namespace, node_resource_topology, metrics.clone()) => result,
+            result = controllers::run(client, namespace, features, metrics.clone()) => result,
             () = elector.hold() => Err(anyhow::anyhow!("lost the leader lease; exiting so that a restart stands by again")),
         };
         metrics.set_leader(false);

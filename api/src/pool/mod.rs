@@ -184,6 +184,15 @@ pub struct Interfaces {
     /// Publish ResourceSlices for DRA driver `gpu.nvidia.com`.
     #[serde(default)]
     pub dra: bool,
+    /// Publish IMEX channels (DRA driver `compute-domain.nvidia.com`, device `channel-0` per
+    /// node) and the compute-domain DeviceClass, for ComputeDomains (NVLink systems such as
+    /// GB200 NVL72).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub compute_domains: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 impl Default for Interfaces {
@@ -191,6 +200,7 @@ impl Default for Interfaces {
         Self {
             device_plugin: true,
             dra: false,
+            compute_domains: false,
         }
     }
 }
@@ -399,7 +409,8 @@ mod tests {
             spec.interfaces,
             Interfaces {
                 device_plugin: true,
-                dra: false
+                dra: false,
+                compute_domains: false,
             }
         );
         assert!(spec.node_selector.is_none() && spec.mig.is_none() && spec.numa.is_none());

@@ -92,7 +92,7 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             let classes = ctx.pod_groups.priority_classes(&pods).await;
             let topology = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
             ensure_status(&ctx, &node, &pool, &gpu, &topology).await?;
-            ensure_slice(&ctx, &node, &pool, &topology).await?;
+            ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
             report_malformed_utilization(&ctx, &node.name_any()).await;
@@ -200,8 +200,8 @@ pub fn allocated_gpus(ctx: &Context, node: &str) -> u32 {
         .unwrap_or(0)
 }
 
-fn cached_slice(ctx: &Context, node: &str) -> Option<Arc<ResourceSlice>> {
-    ctx.slices.get(&ObjectRef::new(&slice::slice_name(node)))
+fn cached_slice(ctx: &Context, name: &str) -> Option<Arc<ResourceSlice>> {
+    ctx.slices.get(&ObjectRef::new(name))
 }
 
 /// GPU indices the user marked failed (annotation [`annotation::UNHEALTHY_GPUS`]).
@@ -275,33 +275,55 @@ async fn report_malformed_utilization(ctx: &Context, node: &str) {
 
 /// The ResourceSlice of a KWOK node in a DRA pool; none otherwise (the node agent publishes
 /// slices for nodes with a kubelet).
-async fn ensure_slice(
+/// The slices of a KWOK node: GPUs when its pool serves DRA, the IMEX channel when it serves
+/// ComputeDomains. Nodes with a kubelet get theirs from the node agent.
+async fn ensure_slices(
     ctx: &Context,
     node: &Node,
     pool: &GpuNodePool,
     topology: &NodeTopology,
 ) -> Result<()> {
     let name = node.name_any();
-    let current = cached_slice(ctx, &name);
-    if !pool.spec.interfaces.dra || has_kubelet(node) {
-        return remove_slice(ctx, &name, current.is_some()).await;
-    }
-    let desired = slice::desired_slice(node, &pool.name_any(), topology, current.as_deref());
-    if current.is_some_and(|c| slice::slice_current(&c, &desired)) {
-        return Ok(());
-    }
-    info!(node = %name, pool = %pool.name_any(), generation = desired.spec.pool.generation, "writing ResourceSlice");
-    let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
-    apply::apply_once(&ctx.recent, &slices, &slice::slice_name(&name), &desired).await
+    let pool_name = pool.name_any();
+    let kwok = !has_kubelet(node);
+    let gpus = slice::slice_name(&name);
+    let current = cached_slice(ctx, &gpus);
+    let desired = (kwok && pool.spec.interfaces.dra)
+        .then(|| slice::desired_slice(node, &pool_name, topology, current.as_deref()));
+    sync_slice(ctx, &name, &gpus, current, desired).await?;
+    let channels = slice::channel_slice_name(&name);
+    let current = cached_slice(ctx, &channels);
+    let desired = (kwok && pool.spec.interfaces.compute_domains)
+        .then(|| slice::desired_channel_slice(node, &pool_name, current.as_deref()));
+    sync_slice(ctx, &name, &channels, current, desired).await
 }
 
-async fn remove_slice(ctx: &Context, node: &str, exists: bool) -> Result<()> {
-    if !exists {
-        return Ok(());
-    }
-    info!(node, "removing ResourceSlice");
+/// Writes slice `name` as `desired`, or removes it when nothing is desired.
+async fn sync_slice(
+    ctx: &Context,
+    node: &str,
+    name: &str,
+    current: Option<Arc<ResourceSlice>>,
+    desired: Option<ResourceSlice>,
+) -> Result<()> {
     let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
-    apply::delete_once(&ctx.recent, &slices, &slice::slice_name(node)).await
+    match desired {
+        None if current.is_some() => {
+            info!(node, slice = name, "removing ResourceSlice");
+            apply::delete_once(&ctx.recent, &slices, name).await
+        }
+        None => Ok(()),
+        Some(desired) if current.is_some_and(|c| slice::slice_current(&c, &desired)) => Ok(()),
+        Some(desired) => {
+            info!(
+                node,
+                slice = name,
+                generation = desired.spec.pool.generation,
+                "writing ResourceSlice"
+            );
+            apply::apply_once(&ctx.recent, &slices, name, &desired).await
+        }
+    }
 }
 
 fn cached_nrt(ctx: &Context, node: &str) -> Option<Arc<NodeResourceTopology>> {
@@ -377,7 +399,9 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
     if status::owns_status(node) {
         apply_status(ctx, node, &status::StatusIntent::default()).await?;
     }
-    remove_slice(ctx, &name, cached_slice(ctx, &name).is_some()).await?;
+    for slice in [slice::slice_name(&name), slice::channel_slice_name(&name)] {
+        sync_slice(ctx, &name, &slice, cached_slice(ctx, &slice), None).await?;
+    }
     remove_nrt(ctx, &name, cached_nrt(ctx, &name).is_some()).await?;
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");

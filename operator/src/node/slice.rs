@@ -1,12 +1,14 @@
-//! The ResourceSlice of a KWOK node of a DRA pool: what the node agent's DRA plugin publishes on
-//! nodes with a kubelet, published centrally for nodes without one (the reference's
-//! kwok-dra-plugin). The devices come from the shared builder in `fakegpu_api::dra`.
+//! The ResourceSlices of a KWOK node: its GPUs (pools serving DRA) and its IMEX channel (pools
+//! serving ComputeDomains), which NVIDIA's kubelet plugins publish on nodes with a kubelet,
+//! published centrally for nodes without one (the reference's kwok-dra-plugin and
+//! kwok-compute-domain-dra-plugin). The devices come from the shared builders in
+//! `fakegpu_api::dra`.
 
 use std::collections::BTreeMap;
 
 pub use fakegpu_api::dra::slice_current;
 use fakegpu_api::{
-    dra::gpu_slice,
+    dra::{channel_slice_spec, gpu_slice, node_slice},
     names::fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
     topology::NodeTopology,
 };
@@ -18,22 +20,46 @@ pub fn slice_name(node: &str) -> String {
     format!("kwok-{node}-gpu")
 }
 
-/// The slice `node` of `pool` should have for `topology` (see [`gpu_slice`]).
+/// Name of a KWOK node's IMEX channel slice, as the reference names it.
+pub fn channel_slice_name(node: &str) -> String {
+    format!("kwok-{node}-compute-domain-channel")
+}
+
+fn labels(pool: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (POOL_LABEL.to_owned(), pool.to_owned()),
+    ])
+}
+
+/// The GPU slice `node` of `pool` should have for `topology` (see [`gpu_slice`]).
 pub fn desired_slice(
     node: &Node,
     pool: &str,
     topology: &NodeTopology,
     current: Option<&ResourceSlice>,
 ) -> ResourceSlice {
-    let labels = BTreeMap::from([
-        (MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
-        (POOL_LABEL.to_owned(), pool.to_owned()),
-    ]);
     gpu_slice(
         &slice_name(&node.name_any()),
         node,
-        labels,
+        labels(pool),
         topology,
+        current,
+    )
+}
+
+/// The IMEX channel slice of `node` of `pool` (see [`channel_slice_spec`]).
+pub fn desired_channel_slice(
+    node: &Node,
+    pool: &str,
+    current: Option<&ResourceSlice>,
+) -> ResourceSlice {
+    let name = node.name_any();
+    node_slice(
+        &channel_slice_name(&name),
+        node,
+        labels(pool),
+        channel_slice_spec(&name),
         current,
     )
 }

@@ -1,0 +1,186 @@
+//! The ComputeDomain controller: per domain, its ResourceClaimTemplate ([`template`]) and its
+//! status ([`status`]). Runs when the cluster serves `resource.nvidia.com/v1beta1`
+//! ComputeDomains (fakegpu's CRD, or NVIDIA's next to its real driver).
+
+pub mod status;
+pub mod template;
+
+use std::{sync::Arc, time::Duration};
+
+use fakegpu_api::{
+    compute_domain::{ComputeDomain, GROUP, PLURAL, VERSION},
+    names::compute_domain as names,
+};
+use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
+use k8s_openapi::api::{
+    core::v1::ObjectReference,
+    resource::v1::{ResourceClaim, ResourceClaimTemplate},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller,
+        controller::Action,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::{Context, Result, apply, controllers, events};
+
+pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
+    if domain.metadata.deletion_timestamp.is_some() {
+        // Its template goes with it (owner reference); nothing to write.
+        return Ok(Action::await_change());
+    }
+    ensure_template(&domain, &ctx).await?;
+    ensure_status(&domain, &ctx).await?;
+    Ok(Action::await_change())
+}
+
+async fn ensure_template(domain: &ComputeDomain, ctx: &Context) -> Result<()> {
+    let (Some(desired), Some(namespace)) = (template::desired_template(domain), domain.namespace())
+    else {
+        return Ok(());
+    };
+    let name = desired.name_any();
+    let current = ctx
+        .claim_templates
+        .as_ref()
+        .and_then(|t| t.get(&ObjectRef::new(&name).within(&namespace)));
+    match current {
+        Some(current) if !template::owned_by(&current, domain) => {
+            let message = format!(
+                "ResourceClaimTemplate {namespace}/{name} exists and is not this domain's; \
+                 it is left as it is"
+            );
+            warn!(domain = %domain.name_any(), %namespace, template = %name, "template taken");
+            events::warn_about(ctx, &reference(domain), "TemplateConflict", &message).await;
+            Ok(())
+        }
+        Some(current) if template::template_current(&current, &desired) => Ok(()),
+        _ => {
+            info!(domain = %domain.name_any(), %namespace, template = %name, "writing ResourceClaimTemplate");
+            let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
+            apply::apply(&api, &name, &desired).await.map(drop)
+        }
+    }
+}
+
+async fn ensure_status(domain: &ComputeDomain, ctx: &Context) -> Result<()> {
+    let desired = status::desired_status(domain, &ctx.claims.state());
+    if domain.status.as_ref() == Some(&desired) {
+        return Ok(());
+    }
+    let Some(namespace) = domain.namespace() else {
+        return Ok(());
+    };
+    info!(domain = %domain.name_any(), %namespace, status = ?desired.status, nodes = desired.nodes.len(), "writing ComputeDomain status");
+    let api: Api<ComputeDomain> = Api::namespaced(ctx.client.clone(), &namespace);
+    let patch = json!({
+        "apiVersion": ComputeDomain::api_version(&()),
+        "kind": ComputeDomain::kind(&()),
+        "status": desired,
+    });
+    apply::apply_status(&api, &domain.name_any(), &patch)
+        .await
+        .map(drop)
+}
+
+fn reference(domain: &ComputeDomain) -> ObjectReference {
+    domain.object_ref(&())
+}
+
+pub fn error_policy(domain: Arc<ComputeDomain>, error: &crate::Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed("compute-domain", error);
+    warn!(domain = %domain.name_any(), %error, kind = error.metric_label(), "ComputeDomain reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The domain a claim made from a domain's template belongs to.
+pub fn domain_of_claim(claim: &ResourceClaim) -> Option<ObjectRef<ComputeDomain>> {
+    let domain = claim.labels().get(names::CLAIM_LABEL)?;
+    Some(ObjectRef::new(domain).within(&claim.namespace()?))
+}
+
+/// The domain a template was made for.
+pub fn domain_of_template(template: &ResourceClaimTemplate) -> Option<ObjectRef<ComputeDomain>> {
+    let domain = template.labels().get(names::TEMPLATE_LABEL)?;
+    Some(ObjectRef::new(domain).within(&template.namespace()?))
+}
+
+/// Whether the cluster serves ComputeDomains.
+pub async fn served(client: &Client) -> anyhow::Result<bool> {
+    controllers::serves(client, GROUP, VERSION, PLURAL).await
+}
+
+/// The domain and template caches and their watches, made before the shared [`Context`] (which
+/// holds the template cache).
+pub struct Watches {
+    domains: Store<ComputeDomain>,
+    pub templates: Store<ResourceClaimTemplate>,
+    domain_events: BoxStream<'static, Arc<ComputeDomain>>,
+    template_events: BoxStream<'static, Arc<ResourceClaimTemplate>>,
+    /// Drives both watches; ends when they end.
+    pub drive: BoxFuture<'static, ()>,
+}
+
+impl std::fmt::Debug for Watches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watches").finish_non_exhaustive()
+    }
+}
+
+impl Watches {
+    pub fn new(client: &Client) -> Self {
+        let (domains, domain_writer) = reflector::store::<ComputeDomain>();
+        let (templates, template_writer) = reflector::store::<ResourceClaimTemplate>();
+        let domain_events = controllers::cached(
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            domain_writer,
+            apply::drop_managed_fields,
+        );
+        let (drive_domains, [domain_events]) = controllers::fan_out(domain_events);
+        let template_events = controllers::cached(
+            Api::all(client.clone()),
+            watcher::Config::default().labels(names::TEMPLATE_LABEL),
+            template_writer,
+            apply::drop_managed_fields,
+        );
+        let (drive_templates, [template_events]) = controllers::fan_out(template_events);
+        Self {
+            domains,
+            templates,
+            domain_events: domain_events.boxed(),
+            template_events: template_events.boxed(),
+            drive: Box::pin(async move {
+                futures::future::join(drive_domains, drive_templates).await;
+            }),
+        }
+    }
+
+    /// Runs the controller once both caches are full, until shutdown.
+    pub async fn run(
+        self,
+        ctx: Arc<Context>,
+        claims: impl futures::Stream<Item = Arc<ResourceClaim>> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        self.domains.wait_until_ready().await?;
+        self.templates.wait_until_ready().await?;
+        Controller::for_shared_stream(self.domain_events, self.domains)
+            .watches_shared_stream(self.template_events, |t| domain_of_template(&t))
+            .watches_shared_stream(claims, |c| domain_of_claim(&c))
+            .shutdown_on_signal()
+            .run(
+                controllers::measured("compute-domain", reconcile),
+                error_policy,
+                ctx,
+            )
+            .for_each(|result| controllers::log_outcome("compute-domain", result))
+            .await;
+        Ok(())
+    }
+}
