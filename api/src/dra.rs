@@ -16,7 +16,10 @@ use k8s_openapi::{
 };
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
-use crate::{names::resource::GPU_DRIVER, topology::NodeTopology};
+use crate::{
+    names::resource::GPU_DRIVER,
+    topology::{GpuTopology, MigDevice, NodeTopology},
+};
 
 /// Device attribute keys. Unqualified keys live in the driver's domain
 /// (`device.attributes['gpu.nvidia.com'].productName` in CEL).
@@ -37,6 +40,10 @@ pub mod attribute {
     pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
     /// Capacity: framebuffer in bytes.
     pub const MEMORY: &str = "memory";
+    pub const TYPE_MIG: &str = "mig";
+    pub const PARENT_UUID: &str = "parentUUID";
+    pub const PROFILE: &str = "profile";
+    pub const MULTIPROCESSORS: &str = "multiprocessors";
 }
 
 /// Device name of GPU `index`: `gpu-<minor>`, as NVIDIA's driver names whole GPUs.
@@ -94,48 +101,135 @@ fn version(value: &str) -> Option<DeviceAttribute> {
     })
 }
 
-/// The whole-GPU devices of a node, in index order.
+/// The devices of a node, in index order: each whole GPU as `gpu-<index>`, and each GPU the
+/// pool partitions as its MIG devices instead (NVIDIA's driver publishes a MIG-enabled GPU's
+/// instances, not the GPU).
 pub fn gpu_devices(topology: &NodeTopology) -> Vec<Device> {
-    use attribute::*;
     topology
         .gpus
         .iter()
-        .map(|gpu| {
-            let mut attributes = BTreeMap::from([
-                (TYPE.to_owned(), string(TYPE_GPU)),
-                (UUID.to_owned(), string(&gpu.id)),
-                (PRODUCT_NAME.to_owned(), string(&topology.gpu_product)),
-                (BRAND.to_owned(), string(&topology.brand)),
-                (ARCHITECTURE.to_owned(), string(&topology.architecture)),
-            ]);
-            let versions = [
-                (CUDA_COMPUTE_CAPABILITY, &topology.compute_capability),
-                (DRIVER_VERSION, &topology.driver_version),
-                (CUDA_DRIVER_VERSION, &topology.cuda_version),
-            ];
-            for (key, value) in versions {
-                if let Some(attribute) = version(value) {
-                    attributes.insert(key.to_owned(), attribute);
-                }
-            }
-            if !gpu.pci_bus_id.is_empty() {
-                attributes.insert(PCI_BUS_ID.to_owned(), string(&gpu.pci_bus_id));
-                attributes.insert(PCIE_ROOT.to_owned(), string(&gpu.pcie_root));
-            }
-            Device {
-                name: gpu_device_name(gpu.index),
-                attributes: Some(attributes),
-                capacity: Some(BTreeMap::from([(
-                    MEMORY.to_owned(),
-                    DeviceCapacity {
-                        value: memory_quantity(topology.gpu_memory),
-                        request_policy: None,
-                    },
-                )])),
-                ..Default::default()
+        .flat_map(|gpu| {
+            if gpu.mig_devices.is_empty() {
+                vec![whole_gpu(topology, gpu)]
+            } else {
+                gpu.mig_devices
+                    .iter()
+                    .map(|mig| mig_device(topology, gpu, mig))
+                    .collect()
             }
         })
         .collect()
+}
+
+/// The attributes a GPU and its MIG devices share: product, brand, architecture, versions, PCI.
+fn common_attributes(
+    topology: &NodeTopology,
+    gpu: &GpuTopology,
+) -> BTreeMap<String, DeviceAttribute> {
+    use attribute::*;
+    let mut attributes = BTreeMap::from([
+        (PRODUCT_NAME.to_owned(), string(&topology.gpu_product)),
+        (BRAND.to_owned(), string(&topology.brand)),
+        (ARCHITECTURE.to_owned(), string(&topology.architecture)),
+    ]);
+    let versions = [
+        (CUDA_COMPUTE_CAPABILITY, &topology.compute_capability),
+        (DRIVER_VERSION, &topology.driver_version),
+        (CUDA_DRIVER_VERSION, &topology.cuda_version),
+    ];
+    for (key, value) in versions {
+        if let Some(attribute) = version(value) {
+            attributes.insert(key.to_owned(), attribute);
+        }
+    }
+    if !gpu.pci_bus_id.is_empty() {
+        attributes.insert(PCI_BUS_ID.to_owned(), string(&gpu.pci_bus_id));
+        attributes.insert(PCIE_ROOT.to_owned(), string(&gpu.pcie_root));
+    }
+    attributes
+}
+
+fn capacity(value: Quantity) -> DeviceCapacity {
+    DeviceCapacity {
+        value,
+        request_policy: None,
+    }
+}
+
+fn whole_gpu(topology: &NodeTopology, gpu: &GpuTopology) -> Device {
+    use attribute::*;
+    let mut attributes = common_attributes(topology, gpu);
+    attributes.insert(TYPE.to_owned(), string(TYPE_GPU));
+    attributes.insert(UUID.to_owned(), string(&gpu.id));
+    Device {
+        name: gpu_device_name(gpu.index),
+        attributes: Some(attributes),
+        capacity: Some(BTreeMap::from([(
+            MEMORY.to_owned(),
+            capacity(memory_quantity(topology.gpu_memory)),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// The UUID behind device `name` of a node's slice: a whole GPU's (`gpu-<index>`, when the GPU
+/// is not partitioned) or a MIG instance's; `None` for a device the node does not publish.
+pub fn device_uuid<'a>(topology: &'a NodeTopology, name: &str) -> Option<&'a str> {
+    topology.gpus.iter().find_map(|gpu| {
+        if gpu.mig_devices.is_empty() {
+            (gpu_index(name) == Some(gpu.index)).then_some(gpu.id.as_str())
+        } else {
+            gpu.mig_devices
+                .iter()
+                .find(|mig| mig_device_name(gpu.index, mig) == name)
+                .map(|mig| mig.uuid.as_str())
+        }
+    })
+}
+
+/// Device name of a MIG instance, as NVIDIA's driver names it:
+/// `gpu-<parent>-mig-<profile, lower case, without dots>-<GI profile id>-<placement start>`
+/// (`gpu-0-mig-1g10gb-19-0`). A `+` (media extensions) becomes `-`, which device names allow.
+pub fn mig_device_name(gpu: u32, mig: &MigDevice) -> String {
+    let profile: String = mig
+        .profile
+        .to_lowercase()
+        .chars()
+        .filter(|c| *c != '.')
+        .map(|c| if c == '+' { '-' } else { c })
+        .collect();
+    format!(
+        "gpu-{gpu}-mig-{profile}-{}-{}",
+        mig.gi_profile_id, mig.placement_start
+    )
+}
+
+fn mig_device(topology: &NodeTopology, gpu: &GpuTopology, mig: &MigDevice) -> Device {
+    use attribute::*;
+    let mut attributes = common_attributes(topology, gpu);
+    attributes.insert(TYPE.to_owned(), string(TYPE_MIG));
+    attributes.insert(UUID.to_owned(), string(&mig.uuid));
+    attributes.insert(PARENT_UUID.to_owned(), string(&gpu.id));
+    attributes.insert(PROFILE.to_owned(), string(&mig.profile));
+    let mut capacities = BTreeMap::from([
+        (MEMORY.to_owned(), capacity(memory_quantity(mig.memory))),
+        (
+            MULTIPROCESSORS.to_owned(),
+            capacity(Quantity(mig.multiprocessors.to_string())),
+        ),
+    ]);
+    for slice in mig.placement_start..mig.placement_start + mig.memory_slices {
+        capacities.insert(
+            format!("memorySlice{slice}"),
+            capacity(Quantity("1".into())),
+        );
+    }
+    Device {
+        name: mig_device_name(gpu.index, mig),
+        attributes: Some(attributes),
+        capacity: Some(capacities),
+        ..Default::default()
+    }
 }
 
 /// The spec of `node`'s one ResourceSlice for driver `gpu.nvidia.com`: a pool named after the
@@ -345,6 +439,47 @@ mod tests {
                 spec.pool.resource_slice_count
             ),
             ("node-1", 4, 1)
+        );
+    }
+
+    #[test]
+    fn partitioned_gpus_publish_their_mig_devices() {
+        let mut topology = topology();
+        topology.gpus[0].mig_devices = vec![MigDevice {
+            uuid: "MIG-a".into(),
+            profile: "1g.10gb+me".into(),
+            gi_profile_id: 20,
+            placement_start: 6,
+            memory_slices: 1,
+            compute_slices: 1,
+            memory: 9856,
+            multiprocessors: 14,
+        }];
+        let devices = gpu_devices(&topology);
+        let mig = &devices[0];
+        assert_eq!(mig.name, "gpu-0-mig-1g10gb-me-20-6");
+        let attributes = mig.attributes.as_ref().expect("attributes");
+        assert_eq!(attributes["type"].string.as_deref(), Some("mig"));
+        assert_eq!(attributes["uuid"].string.as_deref(), Some("MIG-a"));
+        assert_eq!(
+            attributes["parentUUID"].string.as_deref(),
+            Some(topology.gpus[0].id.as_str())
+        );
+        assert_eq!(attributes["profile"].string.as_deref(), Some("1g.10gb+me"));
+        let capacity = mig.capacity.as_ref().expect("capacity");
+        assert_eq!(capacity["memory"].value.0, "9856Mi");
+        assert_eq!(capacity["multiprocessors"].value.0, "14");
+        assert!(capacity.contains_key("memorySlice6") && !capacity.contains_key("memorySlice7"));
+        // The other GPU stays whole.
+        assert_eq!(devices[1].name, "gpu-1");
+        assert_eq!(
+            device_uuid(&topology, "gpu-0-mig-1g10gb-me-20-6"),
+            Some("MIG-a")
+        );
+        assert_eq!(device_uuid(&topology, "gpu-0"), None);
+        assert_eq!(
+            device_uuid(&topology, "gpu-1"),
+            Some(topology.gpus[1].id.as_str())
         );
     }
 }

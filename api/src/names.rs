@@ -87,8 +87,24 @@ pub mod label {
     /// Reference: schedules the DRA kubelet plugin; nodes with a kubelet serving DRA.
     pub const DEPLOY_DRA_PLUGIN: &str = "nvidia.com/gpu.deploy.dra-plugin-gpu";
 
-    /// Every node label key the operator may set. A key here that a node carries but the pool
-    /// no longer wants marks the node for an update.
+    /// GPU feature discovery, MIG strategy `single`: streaming multiprocessors of one instance.
+    pub const GPU_MULTIPROCESSORS: &str = "nvidia.com/gpu.multiprocessors";
+    /// GPU feature discovery, MIG strategy `single`: GPU-instance and compute-instance slices.
+    pub const GPU_SLICES_GI: &str = "nvidia.com/gpu.slices.gi";
+    pub const GPU_SLICES_CI: &str = "nvidia.com/gpu.slices.ci";
+    /// GPU feature discovery, MIG strategy `mixed`: prefix of the per-profile labels
+    /// `nvidia.com/mig-<profile>.count`, `.memory`, `.multiprocessors`, `.slices.gi`,
+    /// `.slices.ci`; every key with it belongs to the operator.
+    pub const MIG_PROFILE_PREFIX: &str = "nvidia.com/mig-";
+
+    /// Whether the operator owns node label `key` (it removes the ones a pool no longer wants).
+    pub fn is_operator_label(key: &str) -> bool {
+        OPERATOR_SET.contains(&key)
+            || (key.starts_with(MIG_PROFILE_PREFIX) && key != MIG_CAPABLE && key != MIG_STRATEGY)
+    }
+
+    /// Every fixed node label key the operator may set (with the [`MIG_PROFILE_PREFIX`] keys).
+    /// A key here that a node carries but the pool no longer wants marks the node for an update.
     pub const OPERATOR_SET: &[&str] = &[
         super::fakegpu::POOL_LABEL,
         FAKE_GPU,
@@ -121,6 +137,9 @@ pub mod label {
         DEPLOY_DCGM_EXPORTER,
         DEPLOY_DEVICE_PLUGIN,
         DEPLOY_DRA_PLUGIN,
+        GPU_MULTIPROCESSORS,
+        GPU_SLICES_GI,
+        GPU_SLICES_CI,
     ];
 }
 

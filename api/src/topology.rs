@@ -82,8 +82,30 @@ pub struct GpuTopology {
     /// allocatable count. Omitted when healthy, as documents before it were.
     #[serde(default, skip_serializing_if = "Health::is_healthy")]
     pub health: Health,
+    /// MIG instances, when the pool partitions this GPU; empty: the GPU is whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<MigDevice>,
     #[serde(default)]
     pub status: GpuStatus,
+}
+
+/// A MIG instance of a GPU.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MigDevice {
+    /// `MIG-<uuid>`, see [`mig_uuid`].
+    pub uuid: String,
+    /// `1g.10gb`.
+    pub profile: String,
+    /// NVML GPU-instance profile id.
+    pub gi_profile_id: u32,
+    /// First of the memory slices it occupies.
+    pub placement_start: u32,
+    pub memory_slices: u32,
+    pub compute_slices: u32,
+    /// Framebuffer, MiB.
+    pub memory: u64,
+    pub multiprocessors: u32,
 }
 
 /// A GPU's health, as the device plugin API spells it (`Healthy` / `Unhealthy`).
@@ -197,6 +219,16 @@ impl NodeTopology {
     pub fn to_yaml(&self) -> Result<String, TopologyError> {
         Ok(serde_yaml::to_string(self)?)
     }
+}
+
+/// The UUID of the MIG instance at memory slice `start` of GPU `index` on `node`: `MIG-` +
+/// UUIDv5 (nil namespace) of `<node>-<index>-mig-<start>`, stable like [`gpu_uuid`].
+pub fn mig_uuid(node: &str, index: u32, start: u32) -> String {
+    let uuid = Uuid::new_v5(
+        &Uuid::nil(),
+        format!("{node}-{index}-mig-{start}").as_bytes(),
+    );
+    format!("MIG-{uuid}")
 }
 
 /// The GPU UUID of GPU `index` on `node`: `GPU-` + UUIDv5 (SHA-1, nil namespace) of

@@ -17,8 +17,8 @@ use fakegpu_api::{
     profiles::{GpuProfile, PROFILES},
     report::NodeReport,
     topology::{
-        AllocatedBy, FORMAT_VERSION, GpuStatus, GpuTopology, NodeTopology, PodGpuUsage,
-        UtilizationBounds, gpu_uuid, pci_address,
+        AllocatedBy, FORMAT_VERSION, GpuStatus, GpuTopology, MigDevice, NodeTopology, PodGpuUsage,
+        UtilizationBounds, gpu_uuid, mig_uuid, pci_address,
     },
 };
 use fakegpu_node_agent::smi::{self, Environment};
@@ -246,6 +246,46 @@ fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
     };
     let (code, out, _) = smi("", &none);
     assert_eq!((code, out.as_str()), (6, "No devices were found\n"));
+    Ok(())
+}
+
+#[test]
+fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
+    let profile = fakegpu_api::profiles::profile("a100-80gb").context("a100-80gb profile")?;
+    let mut report = report(profile);
+    report.topology.mig_strategy = "mixed".into();
+    report.topology.gpus[1].mig_devices = [("3g.40gb", 0), ("1g.10gb", 4)]
+        .map(|(profile, start)| MigDevice {
+            uuid: mig_uuid(NODE, 1, start),
+            profile: profile.into(),
+            placement_start: start,
+            ..Default::default()
+        })
+        .to_vec();
+    let url = serve(&report)?;
+    let (_, out, _) = smi("-L -i 1", &environment(&url));
+    assert_eq!(
+        out,
+        format!(
+            "GPU 1: NVIDIA A100-SXM4-80GB (UUID: {})\n  MIG 3g.40gb     Device  0: (UUID: {})\n  MIG 1g.10gb     Device  1: (UUID: {})\n",
+            gpu_uuid(NODE, 1),
+            mig_uuid(NODE, 1, 0),
+            mig_uuid(NODE, 1, 4)
+        )
+    );
+    // A container given one instance sees its GPU with that instance only.
+    let given = Environment {
+        visible_devices: Some(mig_uuid(NODE, 1, 4)),
+        ..environment(&url)
+    };
+    let (_, out, _) = smi("-L", &given);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("MIG 1g.10gb"), "{out}");
+    let (_, out, _) = smi(
+        "--query-gpu=index,mig.mode.current --format=csv,noheader",
+        &given,
+    );
+    assert_eq!(out, "1, Enabled\n");
     Ok(())
 }
 

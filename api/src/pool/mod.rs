@@ -6,6 +6,7 @@
 //! `kubectl apply` with a message naming the field; the operator re-checks the same bounds
 //! with [`validator::Validate`] for objects stored under an older CRD.
 
+pub mod mig;
 pub mod resolve;
 pub mod rules;
 

@@ -4,7 +4,10 @@ use crate::profiles::{
     self, Architecture, ComputeCapability, DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, GpuProfile,
 };
 
-use super::GpuSpec;
+use super::{
+    GpuNodePoolSpec, GpuSpec,
+    mig::{self, MigError, MigPlan},
+};
 
 /// The GPUs of every node of a pool, with every value decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +23,9 @@ pub struct ResolvedGpu {
     /// The catalog entry the values came from: the named profile, or the entry whose product
     /// the pool names explicitly.
     pub catalog: Option<&'static GpuProfile>,
+    /// The MIG instances of each node's GPUs, when the pool partitions them (see
+    /// [`resolve_pool`]).
+    pub mig: Option<MigPlan>,
 }
 
 impl ResolvedGpu {
@@ -51,6 +57,8 @@ pub enum ResolveError {
     Missing(&'static str),
     #[error("computeCapability {0:?} is not MAJOR.MINOR")]
     BadComputeCapability(String),
+    #[error("spec.mig: {0}")]
+    Mig(#[from] MigError),
 }
 
 impl ResolveError {
@@ -59,6 +67,7 @@ impl ResolveError {
         match self {
             Self::UnknownProfile(_) => "UnknownProfile",
             Self::Missing(_) | Self::BadComputeCapability(_) => "InvalidSpec",
+            Self::Mig(_) => "InvalidMigLayout",
         }
     }
 }
@@ -120,7 +129,15 @@ pub fn resolve(spec: &GpuSpec) -> Result<ResolvedGpu, ResolveError> {
             .unwrap_or_else(|| DEFAULT_CUDA_VERSION.to_owned()),
         compute_capability,
         catalog,
+        mig: None,
     })
+}
+
+/// [`resolve`]s the pool's GPUs and plans its MIG layout on them.
+pub fn resolve_pool(spec: &GpuNodePoolSpec) -> Result<ResolvedGpu, ResolveError> {
+    let mut gpu = resolve(&spec.gpu)?;
+    gpu.mig = mig::plan(spec, &gpu.product, gpu.count, gpu.catalog)?;
+    Ok(gpu)
 }
 
 #[cfg(test)]

@@ -32,20 +32,35 @@ pub struct GpuDevicePlugin {
     pub metrics: Metrics,
 }
 
-/// The devices ListAndWatch reports for a document.
+/// The `nvidia.com/gpu` devices of a document, by UUID with health and NUMA zone: the whole
+/// GPUs, and under MIG strategy `single` the MIG instances (as NVIDIA's plugin advertises
+/// them). Partitioned GPUs of a `mixed` pool are `nvidia.com/mig-<profile>` devices, which
+/// this plugin does not serve yet.
 pub fn devices(topology: Option<&NodeTopology>) -> Vec<Device> {
+    let Some(topology) = topology else {
+        return Vec::new();
+    };
+    let single = topology.mig_strategy == "single";
     topology
-        .map(|t| t.gpus.as_slice())
-        .unwrap_or_default()
+        .gpus
         .iter()
-        .map(|gpu| Device {
-            id: gpu.id.clone(),
-            health: gpu.health.as_str().to_owned(),
-            topology: gpu.numa_node.map(|zone| TopologyInfo {
-                nodes: vec![NumaNode {
-                    id: i64::from(zone),
-                }],
-            }),
+        .flat_map(|gpu| {
+            let ids: Vec<&str> = if gpu.mig_devices.is_empty() {
+                vec![gpu.id.as_str()]
+            } else if single {
+                gpu.mig_devices.iter().map(|m| m.uuid.as_str()).collect()
+            } else {
+                Vec::new()
+            };
+            ids.into_iter().map(|id| Device {
+                id: id.to_owned(),
+                health: gpu.health.as_str().to_owned(),
+                topology: gpu.numa_node.map(|zone| TopologyInfo {
+                    nodes: vec![NumaNode {
+                        id: i64::from(zone),
+                    }],
+                }),
+            })
         })
         .collect()
 }
@@ -64,7 +79,8 @@ pub fn container_response(
             "no device IDs in the container request",
         ));
     }
-    let known = |id: &String| topology.is_some_and(|t| t.gpus.iter().any(|g| &g.id == id));
+    let offered = devices(topology);
+    let known = |id: &String| offered.iter().any(|d| &d.id == id);
     if let Some(unknown) = ids.iter().find(|id| !known(id)) {
         return Err(Status::invalid_argument(format!(
             "device {unknown:?} is not a GPU of node {node}"
@@ -149,11 +165,18 @@ impl DevicePlugin for GpuDevicePlugin {
                 let available: Vec<Candidate<'_>> = container
                     .available_device_i_ds
                     .iter()
-                    .filter_map(|id| gpus.iter().find(|g| &g.id == id))
-                    .map(|gpu| Candidate {
-                        id: &gpu.id,
-                        index: gpu.index,
-                        zone: gpu.numa_node,
+                    .filter_map(|id| {
+                        // A MIG instance goes where its GPU is.
+                        gpus.iter().find_map(|g| {
+                            let own = (&g.id == id).then_some(g.id.as_str());
+                            let mig = || g.mig_devices.iter().find(|m| &m.uuid == id);
+                            own.or_else(|| mig().map(|m| m.uuid.as_str()))
+                                .map(|id| Candidate {
+                                    id,
+                                    index: g.index,
+                                    zone: g.numa_node,
+                                })
+                        })
                     })
                     .collect();
                 let must: Vec<&str> = container
@@ -236,6 +259,28 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn mig_instances_are_gpus_under_the_single_strategy_only() {
+        let mut t = topology();
+        t.gpus[0].mig_devices = ["MIG-a", "MIG-b"]
+            .map(|uuid| fakegpu_api::topology::MigDevice {
+                uuid: uuid.into(),
+                ..Default::default()
+            })
+            .to_vec();
+        t.mig_strategy = "mixed".into();
+        let ids = |t: &NodeTopology| -> Vec<String> {
+            devices(Some(t)).into_iter().map(|d| d.id).collect()
+        };
+        assert_eq!(ids(&t), ["GPU-1"]);
+        t.mig_strategy = "single".into();
+        assert_eq!(ids(&t), ["MIG-a", "MIG-b", "GPU-1"]);
+        let env = [(container_env::NODE_NAME, "n".to_owned())];
+        let ok = container_response(Some(&t), "n", &["MIG-b".into()], &env, None)
+            .expect("a MIG instance is allocatable");
+        assert_eq!(ok.envs[container_env::VISIBLE_DEVICES], "MIG-b");
     }
 
     #[test]

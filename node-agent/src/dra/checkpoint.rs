@@ -21,9 +21,9 @@ pub struct PreparedDevice {
     /// The claim's request the device was allocated for.
     pub request: String,
     pub pool: String,
-    /// Device name in the slice (`gpu-<index>`).
+    /// Device name in the slice (`gpu-<index>`, or a MIG device's name).
     pub device: String,
-    /// The GPU's UUID.
+    /// The GPU's or MIG instance's UUID.
     pub uuid: String,
 }
 

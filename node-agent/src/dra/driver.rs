@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
-use fakegpu_api::{dra::gpu_index, names::resource::GPU_DRIVER, topology::NodeTopology};
+use fakegpu_api::{dra::device_uuid, names::resource::GPU_DRIVER, topology::NodeTopology};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::Mutex;
@@ -73,7 +73,6 @@ pub fn plan(
         .as_ref()
         .and_then(|d| d.results.as_deref())
         .unwrap_or_default();
-    let gpus = topology.map(|t| t.gpus.as_slice()).unwrap_or_default();
     let devices = results
         .iter()
         .filter(|r| r.driver == GPU_DRIVER)
@@ -84,8 +83,8 @@ pub fn plan(
                     result.pool, result.device, result.pool
                 ));
             }
-            let gpu = gpu_index(&result.device)
-                .and_then(|index| gpus.iter().find(|g| g.index == index))
+            let uuid = topology
+                .and_then(|t| device_uuid(t, &result.device))
                 .ok_or_else(|| {
                     format!(
                         "requested GPU {} is not allocatable on {node}",
@@ -96,7 +95,7 @@ pub fn plan(
                 request: result.request.clone(),
                 pool: result.pool.clone(),
                 device: result.device.clone(),
-                uuid: gpu.id.clone(),
+                uuid: uuid.to_owned(),
             })
         })
         .collect::<Result<Vec<_>, String>>()?;

@@ -83,7 +83,16 @@ pub struct Gpu {
     pub mig_mode: &'static str,
     /// `9.0`; empty when unknown.
     pub compute_capability: String,
+    /// The GPU's MIG instances the container sees (all of them unless it was given some).
+    pub mig_devices: Vec<MigInstance>,
     pub processes: Vec<Process>,
+}
+
+/// A MIG instance as nvidia-smi lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigInstance {
+    pub profile: String,
+    pub uuid: String,
 }
 
 impl Gpu {
@@ -138,16 +147,50 @@ impl Machine {
     }
 }
 
-/// Whether `NVIDIA_VISIBLE_DEVICES` gives the container `gpu`.
-fn visible(spec: Option<&str>, gpu: &GpuTopology) -> bool {
+/// The IDs `NVIDIA_VISIBLE_DEVICES` lists; `None` for all devices.
+fn listed(spec: Option<&str>) -> Option<Vec<&str>> {
     match spec.map(str::trim) {
-        None | Some("" | "all") => true,
-        Some("none" | "void") => false,
-        Some(list) => list
-            .split(',')
-            .map(str::trim)
-            .any(|id| id == gpu.id || id == gpu.index.to_string()),
+        None | Some("" | "all") => None,
+        Some("none" | "void") => Some(Vec::new()),
+        Some(list) => Some(list.split(',').map(str::trim).collect()),
     }
+}
+
+/// Whether `NVIDIA_VISIBLE_DEVICES` gives the container `gpu` or one of its MIG instances.
+fn visible(spec: Option<&str>, gpu: &GpuTopology) -> bool {
+    listed(spec).is_none_or(|ids| {
+        ids.iter().any(|id| {
+            *id == gpu.id
+                || *id == gpu.index.to_string()
+                || gpu.mig_devices.iter().any(|m| m.uuid == *id)
+        })
+    })
+}
+
+/// The MIG instances of `gpu` the container sees: those it was given, or all of them when it
+/// was given the whole GPU (or everything).
+fn visible_mig(spec: Option<&str>, gpu: &GpuTopology) -> Vec<MigInstance> {
+    let ids = listed(spec);
+    let given: Vec<_> = gpu
+        .mig_devices
+        .iter()
+        .filter(|m| {
+            ids.as_ref()
+                .is_some_and(|ids| ids.contains(&m.uuid.as_str()))
+        })
+        .collect();
+    let shown = if given.is_empty() {
+        gpu.mig_devices.iter().collect()
+    } else {
+        given
+    };
+    shown
+        .into_iter()
+        .map(|m| MigInstance {
+            profile: m.profile.clone(),
+            uuid: m.uuid.clone(),
+        })
+        .collect()
 }
 
 /// Whether the usage entry of pod `uid` on `gpu` is this container's pod.
@@ -244,6 +287,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                 power_limit: (topology.power_limit_watts > 0).then_some(topology.power_limit_watts),
                 mig_mode,
                 compute_capability: topology.compute_capability.clone(),
+                mig_devices: visible_mig(env.visible_devices.as_deref(), gpu),
                 processes: usage
                     .iter()
                     .map(|(uid, u)| process(env, gpu, uid, u))

@@ -7,13 +7,20 @@ use super::{
     gpus::{Gpu, Machine, Process},
 };
 
-/// `nvidia-smi -L`.
+/// `nvidia-smi -L`: each GPU, and under it its MIG instances.
 pub fn list(machine: &Machine) -> String {
-    machine
-        .gpus
-        .iter()
-        .map(|g| format!("GPU {}: {} (UUID: {})\n", g.index, g.name, g.uuid))
-        .collect()
+    let mut out = String::new();
+    for gpu in &machine.gpus {
+        let _ = writeln!(out, "GPU {}: {} (UUID: {})", gpu.index, gpu.name, gpu.uuid);
+        for (i, mig) in gpu.mig_devices.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  MIG {:<12}Device {i:>2}: (UUID: {})",
+                mig.profile, mig.uuid
+            );
+        }
+    }
+    out
 }
 
 /// `nvidia-smi --version`.

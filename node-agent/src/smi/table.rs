@@ -233,6 +233,7 @@ mod tests {
                 power_limit: Some(1000),
                 mig_mode: "Disabled",
                 compute_capability: "10.0".into(),
+                mig_devices: Vec::new(),
                 processes: vec![Process {
                     gpu_index: 0,
                     gpu_uuid: "GPU-x".into(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, label},
-    pool::{GpuNodePool, resolve::ResolvedGpu},
+    pool::{GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::product_label_value,
 };
 use kube::ResourceExt;
@@ -73,6 +73,9 @@ pub fn desired_labels(
     let mig_capable = gpu.catalog.is_some_and(|p| p.mig_capable());
     set(label::MIG_CAPABLE, mig_capable.to_string());
     set(label::MIG_STRATEGY, pool.spec.mig_strategy_name().into());
+    if let Some(plan) = &gpu.mig {
+        mig_labels(plan, &gpu.product, &mut set);
+    }
     set(label::MPS_CAPABLE, "false".into());
     set(label::VGPU_PRESENT, "false".into());
 
@@ -88,21 +91,57 @@ pub fn desired_labels(
     labels
 }
 
+/// GPU feature discovery's MIG labels. `single`: the product gains `-MIG-<profile>`, the count
+/// and memory are the instances', plus multiprocessors and slices. `mixed`: per profile,
+/// `nvidia.com/mig-<profile>.count`, `.memory`, `.multiprocessors`, `.slices.gi`, `.slices.ci`.
+/// (GFD's `engines.*` labels need engine counts the catalog does not have yet.)
+fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String)) {
+    let counts = plan.counts();
+    match plan.strategy {
+        MigStrategy::Single => {
+            if let Some((_, profile)) = counts.values().next() {
+                set(
+                    label::GPU_PRODUCT,
+                    format!("{}-MIG-{}", product_label_value(product), profile.name),
+                );
+                set(label::GPU_COUNT, plan.instances().to_string());
+                set(label::GPU_MEMORY, profile.memory_mib.to_string());
+                set(
+                    label::GPU_MULTIPROCESSORS,
+                    profile.multiprocessors.to_string(),
+                );
+                set(label::GPU_SLICES_GI, profile.compute_slices.to_string());
+                set(label::GPU_SLICES_CI, profile.compute_slices.to_string());
+            }
+        }
+        MigStrategy::Mixed => {
+            for (name, (count, profile)) in counts {
+                let key = |suffix: &str| format!("{}{name}.{suffix}", label::MIG_PROFILE_PREFIX);
+                set(&key("count"), count.to_string());
+                set(&key("memory"), profile.memory_mib.to_string());
+                set(&key("multiprocessors"), profile.multiprocessors.to_string());
+                set(&key("slices.gi"), profile.compute_slices.to_string());
+                set(&key("slices.ci"), profile.compute_slices.to_string());
+            }
+        }
+    }
+}
+
 /// Whether a node's labels already are what the operator wants: every desired label has its
-/// value, and no other label of the operator's set is left over.
+/// value, and no other label of the operator's is left over.
 pub fn labels_current(
     current: &BTreeMap<String, String>,
     desired: &BTreeMap<String, String>,
 ) -> bool {
     desired.iter().all(|(k, v)| current.get(k) == Some(v))
-        && label::OPERATOR_SET
-            .iter()
-            .all(|key| desired.contains_key(*key) || !current.contains_key(*key))
+        && current
+            .keys()
+            .all(|key| desired.contains_key(key) || !label::is_operator_label(key))
 }
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::pool::resolve::resolve;
+    use fakegpu_api::pool::resolve::resolve_pool;
     use serde_json::json;
 
     use super::*;
@@ -113,8 +152,44 @@ mod tests {
 
     fn labels_of(spec: serde_json::Value, has_kubelet: bool) -> BTreeMap<String, String> {
         let pool = pool(spec);
-        let gpu = resolve(&pool.spec.gpu).expect("resolves");
+        let gpu = resolve_pool(&pool.spec).expect("resolves");
         desired_labels(&pool, &gpu, has_kubelet)
+    }
+
+    #[test]
+    fn mig_labels_follow_the_strategy() {
+        let mixed = labels_of(
+            json!({"gpu": {"profile": "a100-80gb"}, "mig": {"strategy": "mixed", "layout": [
+                {"gpus": [0, 1], "profiles": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]}}),
+            false,
+        );
+        for (key, value) in [
+            ("nvidia.com/mig.strategy", "mixed"),
+            ("nvidia.com/gpu.count", "8"),
+            ("nvidia.com/mig-1g.10gb.count", "4"),
+            ("nvidia.com/mig-1g.10gb.memory", "9856"),
+            ("nvidia.com/mig-3g.40gb.count", "2"),
+            ("nvidia.com/mig-3g.40gb.slices.gi", "3"),
+            ("nvidia.com/mig-2g.20gb.multiprocessors", "28"),
+        ] {
+            assert_eq!(mixed.get(key).map(String::as_str), Some(value), "{key}");
+        }
+        let single = labels_of(
+            json!({"gpu": {"profile": "h100"}, "mig": {"strategy": "single", "layout": [
+                {"profiles": ["1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"]}]}}),
+            false,
+        );
+        assert_eq!(
+            single["nvidia.com/gpu.product"],
+            "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+        );
+        assert_eq!(single["nvidia.com/gpu.count"], "56");
+        assert_eq!(single["nvidia.com/gpu.memory"], "9856");
+        assert_eq!(single["nvidia.com/gpu.slices.gi"], "1");
+        // Labels of a layout the pool no longer has are the operator's to remove.
+        let plain = labels_of(json!({"gpu": {"profile": "a100-80gb"}}), false);
+        assert!(!labels_current(&mixed, &plain));
+        assert!(labels_current(&plain, &plain));
     }
 
     #[test]
@@ -189,17 +264,19 @@ mod tests {
 
     #[test]
     fn unknown_products_have_no_family_and_two_part_drivers_no_revision() {
-        let labels = labels_of(
-            json!({"gpu": {"product": "Imaginary GPU", "count": 1, "memoryMiB": 1024,
-            "driverVersion": "555.42", "cudaVersion": "12.5"}, "mig": {"strategy": "mixed",
-            "layout": [{"profiles": ["1g.5gb"]}]}}),
-            false,
-        );
+        let spec = json!({"gpu": {"product": "Imaginary GPU", "count": 1, "memoryMiB": 1024,
+            "driverVersion": "555.42", "cudaVersion": "12.5"}});
+        let labels = labels_of(spec.clone(), false);
         assert!(!labels.contains_key(label::GPU_FAMILY));
         assert_eq!(labels[label::CUDA_DRIVER_VERSION_REVISION], "");
         assert_eq!(labels[label::GPU_PRODUCT], "Imaginary-GPU");
-        assert_eq!(labels[label::MIG_STRATEGY], "mixed");
+        assert_eq!(labels[label::MIG_STRATEGY], "none");
         assert_eq!(labels[label::MIG_CAPABLE], "false");
+        // MIG on a product the catalog does not know is the pool's condition, not labels.
+        let mut with_mig = spec;
+        with_mig["mig"] = json!({"strategy": "mixed", "layout": [{"profiles": ["1g.5gb"]}]});
+        let error = resolve_pool(&pool(with_mig).spec).expect_err("not MIG capable");
+        assert_eq!(error.reason(), "InvalidMigLayout");
     }
 
     #[test]

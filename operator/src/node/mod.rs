@@ -18,7 +18,7 @@ use fakegpu_api::{
     GpuNodePool,
     names::{annotation, condition, fakegpu::POOL_LABEL},
     nrt::NodeResourceTopology,
-    pool::resolve::{ResolvedGpu, resolve},
+    pool::resolve::{ResolvedGpu, resolve_pool},
     topology::{NodeTopology, parse_gpu_indices},
 };
 use k8s_openapi::{
@@ -85,7 +85,7 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
         release(&ctx, &node).await?;
         return Ok(Action::await_change());
     };
-    match resolve(&pool.spec.gpu) {
+    match resolve_pool(&pool.spec) {
         Ok(gpu) => {
             ensure_labels(&ctx, &node, &pool, &gpu).await?;
             let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);

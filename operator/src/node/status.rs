@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     GpuNodePool,
     names::{condition::GPU_FRACTIONING_READY, resource},
-    pool::{Backend, resolve::ResolvedGpu},
+    pool::{Backend, MigStrategy, resolve::ResolvedGpu},
 };
 use k8s_openapi::{
     api::core::v1::{Node, NodeCondition},
@@ -49,9 +49,10 @@ impl StatusIntent {
 
 const STATUS: &str = "status";
 
-/// Extended resources of a KWOK node of `pool`: `nvidia.com/gpu` when the pool serves the device
-/// plugin interface, and the pool's other resources. Nodes with a kubelet get theirs from the
-/// node agent's device plugin; mock pools from NVIDIA's.
+/// Extended resources of a KWOK node of `pool`: when the pool serves the device plugin
+/// interface, `nvidia.com/gpu` (whole GPUs; under MIG `single`, the instances) and, under MIG
+/// `mixed`, `nvidia.com/mig-<profile>` per profile; and the pool's other resources. Nodes with
+/// a kubelet get theirs from the node agent's device plugin; mock pools from NVIDIA's.
 pub fn desired_resources(
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
@@ -64,13 +65,36 @@ pub fn desired_resources(
         .spec
         .interfaces
         .device_plugin
-        .then(|| (resource::GPU.to_owned(), Quantity(gpu.count.to_string())));
+        .then(|| gpu_resources(gpu))
+        .into_iter()
+        .flatten();
     let others = pool
         .spec
         .other_resources
         .iter()
         .map(|r| (r.name.clone(), Quantity(r.count.to_string())));
     gpus.into_iter().chain(others).collect()
+}
+
+/// What the device plugin advertises for the pool's GPUs.
+fn gpu_resources(gpu: &ResolvedGpu) -> Vec<(String, Quantity)> {
+    let count = |n: u32| Quantity(n.to_string());
+    match &gpu.mig {
+        None => vec![(resource::GPU.to_owned(), count(gpu.count))],
+        Some(plan) if plan.strategy == MigStrategy::Single => {
+            vec![(resource::GPU.to_owned(), count(plan.instances()))]
+        }
+        Some(plan) => {
+            let whole = (0..gpu.count).filter(|g| !plan.is_partitioned(*g)).count() as u32;
+            let mut resources = vec![(resource::GPU.to_owned(), count(whole))];
+            resources.extend(
+                plan.counts()
+                    .into_iter()
+                    .map(|(name, (n, _))| (format!("{}{name}", resource::MIG_PREFIX), count(n))),
+            );
+            resources
+        }
+    }
 }
 
 /// `capacity` less `unhealthy` GPUs.
@@ -234,6 +258,42 @@ mod tests {
             "status": {"capacity": resources, "allocatable": allocatable,
                 "conditions": intent.fractioning.iter().collect::<Vec<_>>()},
         }))
+    }
+
+    #[test]
+    fn mig_pools_advertise_their_instances() {
+        let mixed = pool(
+            "m",
+            1,
+            json!({"gpu": {"profile": "a100-80gb"}, "mig": {"strategy": "mixed", "layout": [
+                {"gpus": [0, 1], "profiles": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]}}),
+        );
+        let gpu = fakegpu_api::pool::resolve::resolve_pool(&mixed.spec).expect("resolves");
+        let resources = desired_resources(&mixed, &gpu, true);
+        let counts: Vec<(&str, &str)> = resources
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str()))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("nvidia.com/gpu", "6"),
+                ("nvidia.com/mig-1g.10gb", "4"),
+                ("nvidia.com/mig-2g.20gb", "2"),
+                ("nvidia.com/mig-3g.40gb", "2"),
+            ]
+        );
+        let single = pool(
+            "s",
+            1,
+            json!({"gpu": {"profile": "a100-80gb", "count": 2}, "mig": {"strategy": "single",
+                "layout": [{"profiles": ["3g.40gb", "3g.40gb"]}]}}),
+        );
+        let gpu = fakegpu_api::pool::resolve::resolve_pool(&single.spec).expect("resolves");
+        assert_eq!(
+            desired_resources(&single, &gpu, true)["nvidia.com/gpu"].0,
+            "4"
+        );
     }
 
     #[test]

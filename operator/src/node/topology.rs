@@ -7,7 +7,8 @@ use fakegpu_api::{
     names::{annotation, fakegpu::POOL_LABEL, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
     topology::{
-        FORMAT_VERSION, GpuTopology, Health, NodeTopology, OtherDevice, gpu_uuid, pci_address,
+        FORMAT_VERSION, GpuTopology, Health, MigDevice, NodeTopology, OtherDevice, gpu_uuid,
+        mig_uuid, pci_address,
     },
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -65,8 +66,26 @@ pub fn desired_topology(
             let slot = slots_taken.entry(numa_node.unwrap_or(0)).or_default();
             let (pci_bus_id, pcie_root) = pci_address(numa_node.unwrap_or(0), *slot);
             *slot += 1;
+            let mig_devices = gpu
+                .mig
+                .as_ref()
+                .and_then(|plan| plan.gpus.get(&index))
+                .into_iter()
+                .flatten()
+                .map(|instance| MigDevice {
+                    uuid: mig_uuid(node, index, instance.placement_start),
+                    profile: instance.profile.name.to_owned(),
+                    gi_profile_id: instance.profile.gi_profile_id,
+                    placement_start: instance.placement_start,
+                    memory_slices: instance.profile.memory_slices,
+                    compute_slices: instance.profile.compute_slices,
+                    memory: instance.profile.memory_mib,
+                    multiprocessors: instance.profile.multiprocessors,
+                })
+                .collect();
             GpuTopology {
                 numa_node,
+                mig_devices,
                 id,
                 index,
                 pci_bus_id,

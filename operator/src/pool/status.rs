@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use fakegpu_api::{
     GpuNodePool, GpuNodePoolStatus,
     names::fakegpu::POOL_LABEL,
-    pool::{PoolNodeStatus, resolve::resolve},
+    pool::{PoolNodeStatus, resolve::resolve_pool},
 };
 use k8s_openapi::{
     api::core::v1::Node,
@@ -62,7 +62,7 @@ pub fn desired_status(
 ) -> GpuNodePoolStatus {
     let name = pool.name_any();
     let generation = pool.metadata.generation;
-    let resolved = resolve(&pool.spec.gpu);
+    let resolved = resolve_pool(&pool.spec);
     let gpus_per_node = resolved.as_ref().map(|g| g.count).unwrap_or_default();
 
     let mut labelled: Vec<&Arc<Node>> = nodes

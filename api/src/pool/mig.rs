@@ -1,0 +1,262 @@
+//! A pool's MIG layout resolved against the product's MIG profiles: which instances each GPU
+//! holds and where they sit on its eight memory slices. What the API server cannot check
+//! (profiles of an explicit product, fit, placement) is checked here and becomes a pool
+//! condition, never a crash.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    pool::{GpuNodePoolSpec, MigStrategy},
+    profiles::{GpuProfile, MigProfile},
+};
+
+/// Memory slices and compute slices of one GPU.
+const MEMORY_SLICES: u32 = 8;
+const COMPUTE_SLICES: u32 = 7;
+
+/// One MIG instance on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigInstance {
+    pub profile: &'static MigProfile,
+    /// First memory slice it occupies (NVML's placement start).
+    pub placement_start: u32,
+}
+
+/// The MIG instances of every partitioned GPU of a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigPlan {
+    pub strategy: MigStrategy,
+    /// GPU index -> its instances, by placement; GPUs not here stay whole.
+    pub gpus: BTreeMap<u32, Vec<MigInstance>>,
+}
+
+impl MigPlan {
+    /// Instances of each profile on the node, by profile name.
+    pub fn counts(&self) -> BTreeMap<&'static str, (u32, &'static MigProfile)> {
+        let mut counts = BTreeMap::new();
+        for instance in self.gpus.values().flatten() {
+            counts
+                .entry(instance.profile.name)
+                .or_insert((0, instance.profile))
+                .0 += 1;
+        }
+        counts
+    }
+
+    /// Instances on the node.
+    pub fn instances(&self) -> u32 {
+        self.gpus.values().map(|i| i.len() as u32).sum()
+    }
+
+    pub fn is_partitioned(&self, gpu: u32) -> bool {
+        self.gpus.contains_key(&gpu)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MigError {
+    #[error("{0} does not support MIG")]
+    NotCapable(String),
+    #[error("{profile:?} is not a MIG profile of {product} (it has {valid})")]
+    UnknownProfile {
+        profile: String,
+        product: String,
+        valid: String,
+    },
+    #[error("mig.layout names GPU {gpu}, but nodes have {count} GPUs")]
+    NoSuchGpu { gpu: u32, count: u32 },
+    #[error("mig.layout lists GPU {0} more than once")]
+    Repeated(u32),
+    #[error("profiles {profiles} do not fit on one GPU ({reason})")]
+    DoesNotFit { profiles: String, reason: String },
+    #[error("strategy single needs every GPU partitioned; GPU {0} is not")]
+    SingleNeedsAll(u32),
+}
+
+/// Places `profiles` on one GPU's memory slices, largest first, each at the first start that
+/// is a multiple of its size (how NVML's placements line up).
+fn place(profiles: &[&'static MigProfile]) -> Result<Vec<MigInstance>, String> {
+    let compute: u32 = profiles.iter().map(|p| p.compute_slices).sum();
+    if compute > COMPUTE_SLICES {
+        return Err(format!(
+            "{compute} compute slices, a GPU has {COMPUTE_SLICES}"
+        ));
+    }
+    for profile in profiles {
+        let same = profiles.iter().filter(|p| p.name == profile.name).count() as u32;
+        if same > profile.max_instances {
+            return Err(format!(
+                "{same} x {}, at most {}",
+                profile.name, profile.max_instances
+            ));
+        }
+    }
+    let mut order: Vec<&'static MigProfile> = profiles.to_vec();
+    order.sort_by(|a, b| {
+        b.memory_slices
+            .cmp(&a.memory_slices)
+            .then(a.name.cmp(b.name))
+    });
+    let mut taken = [false; MEMORY_SLICES as usize];
+    let mut placed = Vec::new();
+    for profile in order {
+        let size = profile.memory_slices.clamp(1, MEMORY_SLICES);
+        let start = (0..=MEMORY_SLICES - size)
+            .step_by(size as usize)
+            .find(|start| (*start..start + size).all(|s| !taken[s as usize]))
+            .ok_or_else(|| format!("no room for {} on the memory slices", profile.name))?;
+        for slice in start..start + size {
+            taken[slice as usize] = true;
+        }
+        placed.push(MigInstance {
+            profile,
+            placement_start: start,
+        });
+    }
+    placed.sort_by_key(|i| i.placement_start);
+    Ok(placed)
+}
+
+/// The pool's MIG plan for nodes of `count` GPUs of `product` (`catalog`: its catalog entry),
+/// `None` when the pool sets no MIG.
+pub fn plan(
+    spec: &GpuNodePoolSpec,
+    product: &str,
+    count: u32,
+    catalog: Option<&'static GpuProfile>,
+) -> Result<Option<MigPlan>, MigError> {
+    let Some(mig) = &spec.mig else {
+        return Ok(None);
+    };
+    let catalog = catalog
+        .filter(|p| p.mig_capable())
+        .ok_or_else(|| MigError::NotCapable(product.to_owned()))?;
+    let mut gpus = BTreeMap::new();
+    for entry in &mig.layout {
+        let profiles = entry
+            .profiles
+            .iter()
+            .map(|name| {
+                catalog
+                    .mig_profile(name)
+                    .ok_or_else(|| MigError::UnknownProfile {
+                        profile: name.clone(),
+                        product: product.to_owned(),
+                        valid: catalog
+                            .mig_profiles
+                            .iter()
+                            .map(|p| p.name)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let instances = place(&profiles).map_err(|reason| MigError::DoesNotFit {
+            profiles: entry.profiles.join(", "),
+            reason,
+        })?;
+        let indices: Vec<u32> = if entry.gpus.is_empty() {
+            (0..count).collect()
+        } else {
+            entry.gpus.clone()
+        };
+        for gpu in indices {
+            if gpu >= count {
+                return Err(MigError::NoSuchGpu { gpu, count });
+            }
+            if gpus.insert(gpu, instances.clone()).is_some() {
+                return Err(MigError::Repeated(gpu));
+            }
+        }
+    }
+    if mig.strategy == MigStrategy::Single
+        && let Some(whole) = (0..count).find(|g| !gpus.contains_key(g))
+    {
+        return Err(MigError::SingleNeedsAll(whole));
+    }
+    Ok(Some(MigPlan {
+        strategy: mig.strategy,
+        gpus,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::profiles::profile;
+
+    fn spec(mig: serde_json::Value) -> GpuNodePoolSpec {
+        serde_json::from_value(json!({"gpu": {"profile": "a100-80gb"}, "mig": mig}))
+            .expect("test spec")
+    }
+
+    fn a100() -> Option<&'static GpuProfile> {
+        profile("a100-80gb")
+    }
+
+    #[test]
+    fn instances_are_placed_largest_first() {
+        let spec = spec(json!({"strategy": "mixed", "layout": [
+            {"gpus": [0, 1], "profiles": ["1g.10gb", "3g.40gb", "2g.20gb", "1g.10gb"]}]}));
+        let plan = plan(&spec, "A100", 8, a100()).expect("valid").expect("MIG");
+        let starts: Vec<(&str, u32)> = plan.gpus[&0]
+            .iter()
+            .map(|i| (i.profile.name, i.placement_start))
+            .collect();
+        assert_eq!(
+            starts,
+            [
+                ("3g.40gb", 0),
+                ("2g.20gb", 4),
+                ("1g.10gb", 6),
+                ("1g.10gb", 7)
+            ]
+        );
+        assert_eq!(plan.instances(), 8);
+        assert_eq!(plan.counts()["1g.10gb"].0, 4);
+        assert!(!plan.is_partitioned(2));
+    }
+
+    #[test]
+    fn bad_layouts_are_named() {
+        let cases = [
+            (
+                json!({"strategy": "mixed", "layout": [{"profiles": ["1g.5gb"]}]}),
+                "is not a MIG profile",
+            ),
+            (
+                json!({"strategy": "mixed", "layout": [{"profiles": ["7g.80gb", "1g.10gb"]}]}),
+                "do not fit",
+            ),
+            (
+                json!({"strategy": "mixed", "layout": [{"profiles": ["1g.10gb+me", "1g.10gb+me"]}]}),
+                "at most 1",
+            ),
+            (
+                json!({"strategy": "mixed", "layout": [{"gpus": [9], "profiles": ["1g.10gb"]}]}),
+                "GPU 9",
+            ),
+            (
+                json!({"strategy": "mixed", "layout": [{"gpus": [1], "profiles": ["1g.10gb"]}, {"gpus": [1], "profiles": ["2g.20gb"]}]}),
+                "more than once",
+            ),
+            (
+                json!({"strategy": "single", "layout": [{"gpus": [0], "profiles": ["1g.10gb"]}]}),
+                "every GPU",
+            ),
+        ];
+        for (mig, message) in cases {
+            let error = plan(&spec(mig.clone()), "A100", 8, a100()).expect_err("invalid");
+            assert!(error.to_string().contains(message), "{mig}: {error}");
+        }
+        let not_capable = plan(
+            &spec(json!({"strategy": "mixed", "layout": [{"profiles": ["1g.10gb"]}]})),
+            "NVIDIA L40S",
+            4,
+            profile("l40s"),
+        );
+        assert!(matches!(not_capable, Err(MigError::NotCapable(_))));
+    }
+}
