@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -179,4 +180,103 @@ func sortedByID(devices []*api.Device) []*api.Device {
 	out := append([]*api.Device(nil), devices...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// migInstance is a MIG instance of GPU 0 in a test document.
+type migInstance struct {
+	profile string
+	start   int
+}
+
+// migDocument is an A100 80GB node of a mixed-strategy pool: GPU 0 cut into instances, GPU 1
+// whole.
+func migDocument(node string, instances []migInstance) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: 1\npool: harness\ngpuMemory: 81920\ngpuProduct: NVIDIA A100-SXM4-80GB\n")
+	fmt.Fprintf(&b, "driverVersion: 550.163.01\ncudaVersion: '12.4'\nmigStrategy: mixed\ngpus:\n")
+	fmt.Fprintf(&b, "- id: %s\n  index: 0\n  migDevices:\n", gpuUUID(node, 0))
+	for _, m := range instances {
+		fmt.Fprintf(&b, "  - {uuid: %s, profile: %s, giProfileId: 0, placementStart: %d, memorySlices: 1, computeSlices: 1, memory: 9856, multiprocessors: 14}\n",
+			migUUID(node, 0, m.start), m.profile, m.start)
+	}
+	fmt.Fprintf(&b, "  status: {}\n- id: %s\n  index: 1\n  status: {}\n", gpuUUID(node, 1))
+	return b.String()
+}
+
+// TestMigDevicePlugins checks the mixed strategy: one plugin per MIG profile next to
+// nvidia.com/gpu, each registered with the kubelet's device manager and listing its
+// instances, Allocate limited to the plugin's own devices, and plugins following the layout.
+func TestMigDevicePlugins(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cluster := newCluster(t, ctx)
+	node := "harness-mig"
+	cluster.writeRawTopology(t, ctx, node, migDocument(node, []migInstance{{"1g.10gb", 0}, {"1g.10gb", 1}, {"3g.40gb", 4}}))
+
+	dir := t.TempDir()
+	kubelet := startKubelet(t, dir)
+	agent := startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN_DIR": dir, "FAKEGPU_DRA": "false"})
+
+	ids := func(devices []*api.Device) string {
+		var out []string
+		for _, d := range sortedByID(devices) {
+			out = append(out, d.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	sorted := func(uuids ...string) string {
+		sort.Strings(uuids)
+		return strings.Join(uuids, ",")
+	}
+	// The partitioned GPU is not an nvidia.com/gpu device; the whole one is.
+	kubelet.waitConnected(t, gpuResource)
+	kubelet.waitDevices(t, func(d []*api.Device) bool { return ids(d) == gpuUUID(node, 1) })
+	small := kubelet.waitConnected(t, "nvidia.com/mig-1g.10gb")
+	kubelet.waitResourceDevices(t, "nvidia.com/mig-1g.10gb", func(d []*api.Device) bool {
+		return ids(d) == sorted(migUUID(node, 0, 0), migUUID(node, 0, 1))
+	})
+	kubelet.waitConnected(t, "nvidia.com/mig-3g.40gb")
+	kubelet.waitResourceDevices(t, "nvidia.com/mig-3g.40gb", func(d []*api.Device) bool {
+		return ids(d) == migUUID(node, 0, 4)
+	})
+	for _, socket := range []string{"nvidia-gpu.sock", "nvidia-mig-1g.10gb.sock", "nvidia-mig-3g.40gb.sock"} {
+		if _, err := os.Stat(filepath.Join(dir, socket)); err != nil {
+			t.Errorf("plugin socket %s: %v", socket, err)
+		}
+	}
+	agent.waitMetric(t, `fakegpu_node_agent_registered{plugin="device-plugin/nvidia.com/mig-1g.10gb"}`, "1")
+
+	allocated, err := small.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+		{DevicesIds: []string{migUUID(node, 0, 1)}},
+	}})
+	if err != nil {
+		t.Fatalf("Allocate of a 1g.10gb instance: %v", err)
+	}
+	if got := allocated.ContainerResponses[0].Envs["NVIDIA_VISIBLE_DEVICES"]; got != migUUID(node, 0, 1) {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want the instance's UUID", got)
+	}
+	_, err = small.API().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+		{DevicesIds: []string{migUUID(node, 0, 4)}},
+	}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Allocate of a 3g.40gb instance through the 1g.10gb plugin: %v, want InvalidArgument", err)
+	}
+
+	// The layout changes: 2g.20gb replaces the 1g.10gb instances, whose plugin goes with its socket.
+	cluster.writeRawTopology(t, ctx, node, migDocument(node, []migInstance{{"2g.20gb", 0}, {"3g.40gb", 4}}))
+	kubelet.waitConnected(t, "nvidia.com/mig-2g.20gb")
+	kubelet.waitResourceDevices(t, "nvidia.com/mig-2g.20gb", func(d []*api.Device) bool {
+		return ids(d) == migUUID(node, 0, 0)
+	})
+	deadline := time.Now().Add(waitFor)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "nvidia-mig-1g.10gb.sock")); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the 1g.10gb plugin's socket is still there")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	agent.waitMetric(t, `fakegpu_node_agent_registered{plugin="device-plugin/nvidia.com/mig-1g.10gb"}`, "0")
 }

@@ -36,6 +36,11 @@ func gpuUUID(node string, index int) string {
 	return "GPU-" + uuid.NewSHA1(uuid.Nil, []byte(fmt.Sprintf("%s-%d", node, index))).String()
 }
 
+// migUUID is a MIG instance's id: "MIG-" + UUIDv5(nil namespace, "<node>-<index>-mig-<start>").
+func migUUID(node string, index, start int) string {
+	return "MIG-" + uuid.NewSHA1(uuid.Nil, []byte(fmt.Sprintf("%s-%d-mig-%d", node, index, start))).String()
+}
+
 type gpu struct {
 	index, zone int
 	unhealthy   bool
@@ -135,13 +140,22 @@ type kubelet struct {
 	mu      sync.Mutex
 	plugins map[string]plugin.DevicePlugin
 	events  chan string
-	devices chan []*api.Device
+	devices chan deviceUpdate
+	// pending holds events and updates read while waiting for another resource's.
+	pendingEvents  []string
+	pendingDevices []deviceUpdate
+}
+
+// deviceUpdate is one ListAndWatch update of one resource's plugin.
+type deviceUpdate struct {
+	resource string
+	devices  []*api.Device
 }
 
 func startKubelet(t *testing.T, dir string) *kubelet {
 	t.Helper()
 	k := &kubelet{dir: dir, plugins: map[string]plugin.DevicePlugin{},
-		events: make(chan string, 16), devices: make(chan []*api.Device, 64)}
+		events: make(chan string, 16), devices: make(chan deviceUpdate, 64)}
 	k.start(t)
 	t.Cleanup(func() { _ = k.server.Stop(klog.Background()) })
 	return k
@@ -194,41 +208,77 @@ func (k *kubelet) PluginDisconnected(_ klog.Logger, resource, _ string) {
 	k.events <- "disconnected " + resource
 }
 
-func (k *kubelet) PluginListAndWatchReceiver(_ klog.Logger, _ string, resp *api.ListAndWatchResponse) {
-	k.devices <- resp.Devices
+func (k *kubelet) PluginListAndWatchReceiver(_ klog.Logger, resource string, resp *api.ListAndWatchResponse) {
+	k.devices <- deviceUpdate{resource: resource, devices: resp.Devices}
 }
 
+// waitConnected waits for resource's plugin to connect; other resources' events are kept for
+// their own waits.
 func (k *kubelet) waitConnected(t *testing.T, resource string) plugin.DevicePlugin {
 	t.Helper()
+	want := "connected " + resource
+	found := func() plugin.DevicePlugin {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.plugins[resource]
+	}
+	for i, event := range k.pendingEvents {
+		if event == want {
+			k.pendingEvents = append(k.pendingEvents[:i], k.pendingEvents[i+1:]...)
+			return found()
+		}
+	}
 	deadline := time.After(waitFor)
 	for {
 		select {
 		case event := <-k.events:
-			if event == "connected "+resource {
-				k.mu.Lock()
-				defer k.mu.Unlock()
-				return k.plugins[resource]
+			if event == want {
+				return found()
 			}
+			k.pendingEvents = append(k.pendingEvents, event)
 		case <-deadline:
 			t.Fatalf("no %s plugin registered within %v", resource, waitFor)
 		}
 	}
 }
 
-// waitDevices returns the first ListAndWatch update that satisfies ok.
+// waitDevices returns the first nvidia.com/gpu ListAndWatch update that satisfies ok.
 func (k *kubelet) waitDevices(t *testing.T, ok func([]*api.Device) bool) []*api.Device {
 	t.Helper()
-	deadline := time.After(waitFor)
+	return k.waitResourceDevices(t, gpuResource, ok)
+}
+
+// waitResourceDevices returns the first ListAndWatch update of resource that satisfies ok.
+func (k *kubelet) waitResourceDevices(t *testing.T, resource string, ok func([]*api.Device) bool) []*api.Device {
+	t.Helper()
 	var last []*api.Device
+	pending := k.pendingDevices
+	k.pendingDevices = nil
+	for i, update := range pending {
+		if update.resource != resource {
+			k.pendingDevices = append(k.pendingDevices, update)
+			continue
+		}
+		if ok(update.devices) {
+			k.pendingDevices = append(k.pendingDevices, pending[i+1:]...)
+			return update.devices
+		}
+		last = update.devices
+	}
+	deadline := time.After(waitFor)
 	for {
 		select {
-		case devices := <-k.devices:
-			if ok(devices) {
-				return devices
+		case update := <-k.devices:
+			if update.resource != resource {
+				k.pendingDevices = append(k.pendingDevices, update)
+				continue
 			}
-			last = devices
+			if ok(update.devices) {
+				return update.devices
+			}
+			last = update.devices
 		case <-deadline:
-			t.Fatalf("no matching ListAndWatch update within %v; last: %v", waitFor, last)
+			t.Fatalf("no matching %s ListAndWatch update within %v; last: %v", resource, waitFor, last)
 		}
 	}
 }

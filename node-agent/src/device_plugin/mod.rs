@@ -1,20 +1,25 @@
-//! The kubelet device plugin for `nvidia.com/gpu`: serves [`service::GpuDevicePlugin`] on a
-//! socket in the kubelet's device-plugins directory and registers it with the kubelet.
+//! The kubelet device plugins: `nvidia.com/gpu`, and under the MIG mixed strategy one per MIG
+//! profile (`nvidia.com/mig-<profile>`), as NVIDIA's plugin serves them. Each
+//! [`service::GpuDevicePlugin`] has its socket in the kubelet's device-plugins directory and
+//! registers with the kubelet; the set follows the node's document (a profile that appears
+//! gets a plugin, one that goes loses its plugin and socket).
 //!
-//! The kubelet empties that directory when it restarts, and then knows no plugin: the runner
+//! The kubelet empties that directory when it restarts, and then knows no plugin: each plugin
 //! watches the kubelet's socket and its own, and serves and registers anew when either is
 //! replaced or gone.
 
 pub mod preferred;
 pub mod service;
 
+pub use service::Offer;
+
 use std::{
+    collections::BTreeMap,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use fakegpu_api::names::resource;
 use tokio::sync::oneshot;
 use tonic::transport::Server;
 use tracing::{debug, info, warn};
@@ -34,8 +39,6 @@ use crate::{
 pub const API_VERSION: &str = "v1beta1";
 /// The kubelet's registration socket, in the device-plugins directory.
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
-/// The plugin's socket, as NVIDIA's device plugin names it.
-pub const PLUGIN_SOCKET: &str = "nvidia-gpu.sock";
 /// How often the sockets are looked at.
 const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -65,8 +68,8 @@ pub enum RegisterError {
     Refused(#[from] tonic::Status),
 }
 
-/// Registers the plugin's socket with the kubelet listening at `kubelet`.
-pub async fn register(kubelet: &Path) -> Result<(), RegisterError> {
+/// Registers `offer`'s plugin socket with the kubelet listening at `kubelet`.
+pub async fn register(kubelet: &Path, offer: &Offer) -> Result<(), RegisterError> {
     let channel = uds::connect(kubelet)
         .await
         .map_err(|source| RegisterError::Connect {
@@ -76,8 +79,8 @@ pub async fn register(kubelet: &Path) -> Result<(), RegisterError> {
     RegistrationClient::new(channel)
         .register(RegisterRequest {
             version: API_VERSION.to_owned(),
-            endpoint: PLUGIN_SOCKET.to_owned(),
-            resource_name: resource::GPU.to_owned(),
+            endpoint: offer.socket(),
+            resource_name: offer.resource(),
             options: Some(DevicePluginOptions {
                 pre_start_required: false,
                 get_preferred_allocation_available: true,
@@ -87,30 +90,113 @@ pub async fn register(kubelet: &Path) -> Result<(), RegisterError> {
     Ok(())
 }
 
-/// Serves and registers until `shutdown` resolves; then stops serving and removes the socket.
+/// The metrics label of `offer`'s plugin: `device-plugin` for `nvidia.com/gpu` (the one
+/// readiness waits for), `device-plugin/<resource>` for MIG profiles.
+fn metric_label(offer: &Offer) -> String {
+    match offer {
+        Offer::Gpus => crate::metrics::DEVICE_PLUGIN.to_owned(),
+        other => format!("{}/{}", crate::metrics::DEVICE_PLUGIN, other.resource()),
+    }
+}
+
+/// A running plugin: stop it by dropping or sending on `stop`.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Serves and registers the plugins the node's document calls for until `shutdown` resolves;
+/// then stops them, which removes their sockets.
 pub async fn run(
     settings: Settings,
     topology: Topology,
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let mut topology_ready = topology.clone();
-    let kubelet = settings.dir.join(KUBELET_SOCKET);
-    let socket = settings.dir.join(PLUGIN_SOCKET);
-    let lifetime = async {
+    let mut running: BTreeMap<Offer, Running> = BTreeMap::new();
+    let mut changes = topology.clone();
+    let supervise = async {
         // Nothing to offer before the operator has written the node's document.
-        topology_ready.wait_for(Option::is_some).await?;
+        changes.wait_for(Option::is_some).await?;
         loop {
-            serve_one_kubelet(&settings, &topology, &metrics, &kubelet, &socket).await?;
-            metrics.registered(crate::metrics::DEVICE_PLUGIN, false);
+            let wanted = service::offers(changes.borrow_and_update().as_deref());
+            for offer in running
+                .keys()
+                .filter(|o| !wanted.contains(o))
+                .cloned()
+                .collect::<Vec<_>>()
+            {
+                if let Some(plugin) = running.remove(&offer) {
+                    info!(node = %settings.node, resource = %offer.resource(), "no such devices any more: stopping its plugin");
+                    stop(plugin).await?;
+                }
+            }
+            for offer in wanted {
+                if let std::collections::btree_map::Entry::Vacant(slot) = running.entry(offer) {
+                    let (stop, stopped) = oneshot::channel();
+                    let task = tokio::spawn(plugin(
+                        settings.clone(),
+                        slot.key().clone(),
+                        topology.clone(),
+                        metrics.clone(),
+                        stopped,
+                    ));
+                    slot.insert(Running { stop, task });
+                }
+            }
+            tokio::select! {
+                changed = changes.changed() => changed?,
+                () = tokio::time::sleep(CHECK_INTERVAL) => {
+                    if let Some((offer, _)) = running.iter().find(|(_, p)| p.task.is_finished()) {
+                        let offer = offer.clone();
+                        if let Some(plugin) = running.remove(&offer) {
+                            plugin.task.await??;
+                        }
+                        anyhow::bail!("the {} plugin stopped", offer.resource());
+                    }
+                }
+            }
+        }
+    };
+    let result = tokio::select! {
+        result = supervise => result,
+        () = shutdown => Ok(()),
+    };
+    for (_, plugin) in std::mem::take(&mut running) {
+        stop(plugin).await?;
+    }
+    info!(node = %settings.node, "device plugins stopped");
+    result
+}
+
+async fn stop(plugin: Running) -> anyhow::Result<()> {
+    let _ = plugin.stop.send(());
+    plugin.task.await?
+}
+
+/// One plugin, until `stopped`: serves and registers for every kubelet, then removes its socket.
+async fn plugin(
+    settings: Settings,
+    offer: Offer,
+    topology: Topology,
+    metrics: Metrics,
+    stopped: oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    let kubelet = settings.dir.join(KUBELET_SOCKET);
+    let socket = settings.dir.join(offer.socket());
+    let label = metric_label(&offer);
+    let lifetime = async {
+        loop {
+            serve_one_kubelet(&settings, &offer, &topology, &metrics, &kubelet, &socket).await?;
+            metrics.registered(&label, false);
         }
     };
     let result = tokio::select! {
         result = lifetime => result,
-        () = shutdown => Ok(()),
+        _ = stopped => Ok(()),
     };
+    metrics.registered(&label, false);
     uds::remove_socket(&socket);
-    info!(node = %settings.node, "device plugin stopped");
     result
 }
 
@@ -118,6 +204,7 @@ pub async fn run(
 /// plugin's is replaced or gone (the server stops when this returns).
 async fn serve_one_kubelet(
     settings: &Settings,
+    offer: &Offer,
     topology: &Topology,
     metrics: &Metrics,
     kubelet: &Path,
@@ -133,6 +220,7 @@ async fn serve_one_kubelet(
     let socket_id = identity(socket);
     let service = service::GpuDevicePlugin {
         node: settings.node.clone(),
+        offer: offer.clone(),
         topology: topology.clone(),
         container: settings.container.clone(),
         metrics: metrics.clone(),
@@ -154,11 +242,11 @@ async fn serve_one_kubelet(
     loop {
         if !registered {
             attempts += 1;
-            match register(kubelet).await {
+            match register(kubelet, offer).await {
                 Ok(()) => {
                     registered = true;
-                    metrics.registered(crate::metrics::DEVICE_PLUGIN, true);
-                    info!(node = %settings.node, socket = %socket.display(), "registered with the kubelet");
+                    metrics.registered(&metric_label(offer), true);
+                    info!(node = %settings.node, resource = %offer.resource(), socket = %socket.display(), "registered with the kubelet");
                 }
                 // The kubelet may still be starting; try again while its socket stays.
                 Err(error) if attempts == 1 => {

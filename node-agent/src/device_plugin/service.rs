@@ -1,10 +1,14 @@
-//! The `v1beta1.DevicePlugin` service for `nvidia.com/gpu`: the node's GPUs by their topology
+//! The `v1beta1.DevicePlugin` service for one resource ([`Offer`]): `nvidia.com/gpu`, or a MIG
+//! profile's `nvidia.com/mig-<profile>` under the mixed strategy. Devices by their topology
 //! UUIDs (the same IDs as labels, ResourceSlices, metrics and nvidia-smi), health and NUMA zone
-//! from the topology document, and what a container gets when it is given GPUs.
+//! from the topology document, and what a container gets when it is given devices.
 
-use std::pin::Pin;
+use std::{collections::BTreeSet, pin::Pin};
 
-use fakegpu_api::{names::container_env, topology::NodeTopology};
+use fakegpu_api::{
+    names::{container_env, resource},
+    topology::NodeTopology,
+};
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
@@ -23,20 +27,63 @@ use crate::{
     topology_source::Topology,
 };
 
+/// What one device-plugin server offers the kubelet.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Offer {
+    /// `nvidia.com/gpu`: whole GPUs, and MIG instances under the single strategy.
+    Gpus,
+    /// `nvidia.com/mig-<profile>`: the instances of one MIG profile, under the mixed strategy.
+    Mig(String),
+}
+
+impl Offer {
+    /// The extended resource name.
+    pub fn resource(&self) -> String {
+        match self {
+            Self::Gpus => resource::GPU.to_owned(),
+            Self::Mig(profile) => format!("{}{profile}", resource::MIG_PREFIX),
+        }
+    }
+
+    /// The plugin's socket in the device-plugins directory, as NVIDIA's plugin names it.
+    pub fn socket(&self) -> String {
+        match self {
+            Self::Gpus => "nvidia-gpu.sock".to_owned(),
+            Self::Mig(profile) => format!("nvidia-mig-{profile}.sock"),
+        }
+    }
+}
+
+/// The offers a document calls for: `nvidia.com/gpu` always (it may offer nothing), and one per
+/// MIG profile the node has under the mixed strategy.
+pub fn offers(topology: Option<&NodeTopology>) -> BTreeSet<Offer> {
+    let mut offers = BTreeSet::from([Offer::Gpus]);
+    if let Some(topology) = topology.filter(|t| t.mig_strategy == "mixed") {
+        offers.extend(
+            topology
+                .gpus
+                .iter()
+                .flat_map(|g| &g.mig_devices)
+                .map(|m| Offer::Mig(m.profile.clone())),
+        );
+    }
+    offers
+}
+
 #[derive(Debug)]
 pub struct GpuDevicePlugin {
     pub node: String,
+    pub offer: Offer,
     pub topology: Topology,
     /// Environment and nvidia-smi for every container.
     pub container: ContainerEdits,
     pub metrics: Metrics,
 }
 
-/// The `nvidia.com/gpu` devices of a document, by UUID with health and NUMA zone: the whole
-/// GPUs, and under MIG strategy `single` the MIG instances (as NVIDIA's plugin advertises
-/// them). Partitioned GPUs of a `mixed` pool are `nvidia.com/mig-<profile>` devices, which
-/// this plugin does not serve yet.
-pub fn devices(topology: Option<&NodeTopology>) -> Vec<Device> {
+/// The devices of `offer` in a document, by UUID with health and NUMA zone. `nvidia.com/gpu`:
+/// the whole GPUs, and under MIG strategy `single` the MIG instances (as NVIDIA's plugin
+/// advertises them); `nvidia.com/mig-<profile>`: that profile's instances.
+pub fn devices(topology: Option<&NodeTopology>, offer: &Offer) -> Vec<Device> {
     let Some(topology) = topology else {
         return Vec::new();
     };
@@ -45,12 +92,16 @@ pub fn devices(topology: Option<&NodeTopology>) -> Vec<Device> {
         .gpus
         .iter()
         .flat_map(|gpu| {
-            let ids: Vec<&str> = if gpu.mig_devices.is_empty() {
-                vec![gpu.id.as_str()]
-            } else if single {
-                gpu.mig_devices.iter().map(|m| m.uuid.as_str()).collect()
-            } else {
-                Vec::new()
+            let ids: Vec<&str> = match offer {
+                Offer::Gpus if gpu.mig_devices.is_empty() => vec![gpu.id.as_str()],
+                Offer::Gpus if single => gpu.mig_devices.iter().map(|m| m.uuid.as_str()).collect(),
+                Offer::Gpus => Vec::new(),
+                Offer::Mig(profile) => gpu
+                    .mig_devices
+                    .iter()
+                    .filter(|m| &m.profile == profile)
+                    .map(|m| m.uuid.as_str())
+                    .collect(),
             };
             ids.into_iter().map(|id| Device {
                 id: id.to_owned(),
@@ -69,6 +120,7 @@ pub fn devices(topology: Option<&NodeTopology>) -> Vec<Device> {
 /// they cannot be given.
 pub fn container_response(
     topology: Option<&NodeTopology>,
+    offer: &Offer,
     node: &str,
     ids: &[String],
     env: &[(&'static str, String)],
@@ -79,11 +131,12 @@ pub fn container_response(
             "no device IDs in the container request",
         ));
     }
-    let offered = devices(topology);
+    let offered = devices(topology, offer);
     let known = |id: &String| offered.iter().any(|d| &d.id == id);
     if let Some(unknown) = ids.iter().find(|id| !known(id)) {
         return Err(Status::invalid_argument(format!(
-            "device {unknown:?} is not a GPU of node {node}"
+            "device {unknown:?} is not a {} device of node {node}",
+            offer.resource()
         )));
     }
     let visible = ids.join(",");
@@ -133,8 +186,10 @@ impl DevicePlugin for GpuDevicePlugin {
         _: Request<Empty>,
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let node = self.node.clone();
+        let offer = self.offer.clone();
+        let resource = offer.resource();
         let stream = tokio_stream::wrappers::WatchStream::new(self.topology.clone())
-            .map(|topology| devices(topology.as_deref()))
+            .map(move |topology| devices(topology.as_deref(), &offer))
             .scan(None, |last: &mut Option<Vec<Device>>, devices| {
                 let changed = last.as_ref() != Some(&devices);
                 *last = Some(devices.clone());
@@ -142,7 +197,7 @@ impl DevicePlugin for GpuDevicePlugin {
             })
             .filter_map(futures::future::ready)
             .map(move |devices| {
-                info!(node = %node, devices = devices.len(), unhealthy = devices.iter().filter(|d| d.health != "Healthy").count(), "ListAndWatch: sending devices");
+                info!(node = %node, resource = %resource, devices = devices.len(), unhealthy = devices.iter().filter(|d| d.health != "Healthy").count(), "ListAndWatch: sending devices");
                 Ok(ListAndWatchResponse { devices })
             });
         Ok(Response::new(Box::pin(stream)))
@@ -214,6 +269,7 @@ impl DevicePlugin for GpuDevicePlugin {
                 debug!(node = %self.node, devices = ?container.devices_ids, "Allocate");
                 container_response(
                     topology.as_deref(),
+                    &self.offer,
                     &self.node,
                     &container.devices_ids,
                     &env,
@@ -267,40 +323,55 @@ mod tests {
         t.gpus[0].mig_devices = ["MIG-a", "MIG-b"]
             .map(|uuid| fakegpu_api::topology::MigDevice {
                 uuid: uuid.into(),
+                profile: "1g.10gb".into(),
                 ..Default::default()
             })
             .to_vec();
         t.mig_strategy = "mixed".into();
         let ids = |t: &NodeTopology| -> Vec<String> {
-            devices(Some(t)).into_iter().map(|d| d.id).collect()
+            devices(Some(t), &Offer::Gpus)
+                .into_iter()
+                .map(|d| d.id)
+                .collect()
         };
         assert_eq!(ids(&t), ["GPU-1"]);
+        assert_eq!(
+            offers(Some(&t)),
+            BTreeSet::from([Offer::Gpus, Offer::Mig("1g.10gb".into())])
+        );
+        let mig = Offer::Mig("1g.10gb".into());
+        let of_profile: Vec<String> = devices(Some(&t), &mig).into_iter().map(|d| d.id).collect();
+        assert_eq!(of_profile, ["MIG-a", "MIG-b"]);
+        assert_eq!(mig.socket(), "nvidia-mig-1g.10gb.sock");
+        assert_eq!(mig.resource(), "nvidia.com/mig-1g.10gb");
         t.mig_strategy = "single".into();
+        assert_eq!(offers(Some(&t)), BTreeSet::from([Offer::Gpus]));
         assert_eq!(ids(&t), ["MIG-a", "MIG-b", "GPU-1"]);
         let env = [(container_env::NODE_NAME, "n".to_owned())];
-        let ok = container_response(Some(&t), "n", &["MIG-b".into()], &env, None)
+        let ok = container_response(Some(&t), &Offer::Gpus, "n", &["MIG-b".into()], &env, None)
             .expect("a MIG instance is allocatable");
         assert_eq!(ok.envs[container_env::VISIBLE_DEVICES], "MIG-b");
     }
 
     #[test]
     fn devices_carry_health_and_zone() {
-        let devices = devices(Some(&topology()));
+        let devices = devices(Some(&topology()), &Offer::Gpus);
         assert_eq!(devices[1].id, "GPU-1");
         assert_eq!(devices[1].health, "Unhealthy");
         assert_eq!(devices[1].topology.as_ref().expect("zone").nodes[0].id, 1);
-        assert!(super::devices(None).is_empty());
+        assert!(super::devices(None, &Offer::Gpus).is_empty());
     }
 
     #[test]
     fn allocate_refuses_unknown_devices_and_sets_the_environment() {
         let t = topology();
         let env = [(container_env::NODE_NAME, "n".to_owned())];
-        let error = container_response(Some(&t), "n", &["GPU-9".into()], &env, None)
+        let error = container_response(Some(&t), &Offer::Gpus, "n", &["GPU-9".into()], &env, None)
             .expect_err("unknown device");
         assert_eq!(error.code(), tonic::Code::InvalidArgument);
         let ids = ["GPU-0".into(), "GPU-1".into()];
-        let ok = container_response(Some(&t), "n", &ids, &env, Some("/x")).expect("known devices");
+        let ok = container_response(Some(&t), &Offer::Gpus, "n", &ids, &env, Some("/x"))
+            .expect("known devices");
         assert_eq!(ok.envs[container_env::VISIBLE_DEVICES], "GPU-0,GPU-1");
         assert_eq!(ok.envs[container_env::MOCK_VISIBLE_DEVICES], "GPU-0,GPU-1");
         assert_eq!(ok.envs[container_env::NODE_NAME], "n");

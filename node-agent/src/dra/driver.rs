@@ -372,6 +372,33 @@ mod tests {
     }
 
     #[test]
+    fn plans_mig_devices_by_their_instance_uuid() {
+        let mut t = topology();
+        t.gpus[0].mig_devices = vec![fakegpu_api::topology::MigDevice {
+            uuid: "MIG-x".into(),
+            profile: "3g.40gb".into(),
+            gi_profile_id: 9,
+            placement_start: 4,
+            ..Default::default()
+        }];
+        let plan = plan(
+            &claim(json!([result("n", "gpu-0-mig-3g40gb-9-4")])),
+            "u1",
+            "n",
+            Some(&t),
+        )
+        .expect("plans");
+        assert_eq!(plan.devices[0].uuid, "MIG-x");
+        // The partitioned GPU itself is no longer a device of the node.
+        let whole = plan_error(&claim(json!([result("n", "gpu-0")])), &t);
+        assert!(whole.contains("not allocatable"), "{whole}");
+    }
+
+    fn plan_error(claim: &ResourceClaim, t: &NodeTopology) -> String {
+        plan(claim, "u1", "n", Some(t)).expect_err("refused")
+    }
+
+    #[test]
     fn refuses_what_it_cannot_prepare() {
         let t = topology();
         let error = |claim: ResourceClaim, uid: &str| {
