@@ -454,6 +454,7 @@ mod tests {
             compute_slices: 1,
             memory: 9856,
             multiprocessors: 14,
+            ..Default::default()
         }];
         let devices = gpu_devices(&topology);
         let mig = &devices[0];

@@ -299,6 +299,9 @@ pub mod dcgm {
     ];
     /// Index of the hostname label in [`LABELS`].
     pub const HOSTNAME_LABEL: usize = 5;
+    /// Labels of a MIG instance's series, after `modelName`: its profile (`1g.10gb`) and its
+    /// GPU instance id.
+    pub const MIG_LABELS: [&str; 2] = ["GPU_I_PROFILE", "GPU_I_ID"];
     /// The port dcgm-exporter listens on.
     pub const PORT: u16 = 9400;
 }

@@ -106,6 +106,9 @@ pub struct MigDevice {
     /// Framebuffer, MiB.
     pub memory: u64,
     pub multiprocessors: u32,
+    /// Who uses the instance, as for a whole GPU; omitted while free.
+    #[serde(default, skip_serializing_if = "GpuStatus::is_free")]
+    pub status: GpuStatus,
 }
 
 /// A GPU's health, as the device plugin API spells it (`Healthy` / `Unhealthy`).
@@ -253,6 +256,17 @@ impl GpuStatus {
     /// Whether a pod holds or uses this GPU.
     pub fn in_use(&self) -> bool {
         !self.allocated_by.pod.is_empty() || !self.pod_gpu_usage_status.is_empty()
+    }
+
+    pub fn is_free(&self) -> bool {
+        !self.in_use()
+    }
+}
+
+impl GpuTopology {
+    /// Whether a pod holds or uses the GPU or one of its MIG instances.
+    pub fn in_use(&self) -> bool {
+        self.status.in_use() || self.mig_devices.iter().any(|m| m.status.in_use())
     }
 }
 

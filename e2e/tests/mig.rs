@@ -9,7 +9,7 @@ use anyhow::{Context, ensure};
 use fakegpu_api::{GpuNodePool, names::label};
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
-    eventually, install_crds, running_pod, unique_name,
+    eventually, install_crds, running_pod, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::Node,
@@ -128,7 +128,26 @@ async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyh
             devices == ["gpu-0-mig-3g40gb-9-0"],
             "claim allocated {devices:?}"
         );
-        Ok(())
+
+        // The topology document records who holds which instance.
+        eventually("MIG instances held in the topology document", CONVERGE, || async {
+            let Some((_, document)) = topology_of(&client, &node).await? else {
+                return Ok(None);
+            };
+            let holders: Vec<(String, String)> = document
+                .gpus
+                .iter()
+                .flat_map(|g| &g.mig_devices)
+                .filter(|m| !m.status.allocated_by.pod.is_empty())
+                .map(|m| (m.profile.clone(), m.status.allocated_by.pod.clone()))
+                .collect();
+            let want = [
+                ("3g.40gb".to_owned(), "claimant".to_owned()),
+                ("1g.10gb".to_owned(), "slice".to_owned()),
+            ];
+            Ok((holders == want).then_some(()))
+        })
+        .await
     }
     .await;
     cleanup.after(result).await

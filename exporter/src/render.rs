@@ -9,7 +9,7 @@ use std::{
 use fakegpu_api::{
     names::{dcgm, metric},
     report::NodeReport,
-    topology::NodeTopology,
+    topology::{GpuStatus, GpuTopology, NodeTopology},
 };
 use prometheus::{
     Encoder, TextEncoder,
@@ -18,10 +18,14 @@ use prometheus::{
 
 use crate::{documents::Snapshot, draws::Draws};
 
-/// One GPU's values and labels (in [`dcgm::LABELS`] order).
+/// One GPU's or MIG instance's values and labels (in [`dcgm::LABELS`] order).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSample {
     pub labels: [String; 10],
+    /// A MIG instance's [`dcgm::MIG_LABELS`] values; `None` for a whole GPU.
+    pub mig: Option<[String; 2]>,
+    /// The GPU's or the instance's UUID.
+    pub uuid: String,
     pub utilization: f64,
     pub fb_used: f64,
     pub fb_free: f64,
@@ -35,10 +39,72 @@ fn dcgm_bus_id(bus_id: &str) -> String {
     }
 }
 
-/// The samples of one node's GPUs: utilization the sum of its pods' values (at most 100),
-/// framebuffer used the sum of their allocations (at most the GPU's), the holder's pod labels.
-/// A pod's value is its Knative request rate when it is an inference pod and `knative` has
-/// its UID, else a draw from its range.
+/// What one sample is of: a whole GPU (keyed by its UUID) or one of its MIG instances.
+struct Target<'a> {
+    key: &'a str,
+    status: &'a GpuStatus,
+    /// Framebuffer, MiB.
+    memory: u64,
+    mig: Option<[String; 2]>,
+}
+
+/// One sample: utilization the sum of the pods' values on the target (at most 100),
+/// framebuffer used the sum of their allocations (at most its memory), the holder's pod
+/// labels. A pod's value is its Knative request rate when it is an inference pod and `knative`
+/// has its UID, else a draw from its range.
+fn sample(
+    node: &str,
+    document: &NodeTopology,
+    gpu: &GpuTopology,
+    target: Target<'_>,
+    rates: (&Draws, &HashMap<String, u8>, Instant),
+) -> GpuSample {
+    let Target {
+        key,
+        status,
+        memory,
+        mig,
+    } = target;
+    let (draws, knative, now) = rates;
+    let usage = &status.pod_gpu_usage_status;
+    let utilization: u32 = usage
+        .iter()
+        .map(|(pod, u)| {
+            let rate = u
+                .use_knative_utilization
+                .then(|| knative.get(pod))
+                .flatten();
+            u32::from(
+                rate.copied()
+                    .unwrap_or_else(|| draws.value(pod, key, u.utilization, now)),
+            )
+        })
+        .sum();
+    let used = usage.values().map(|u| u.fb_used).sum::<u64>().min(memory);
+    let holder = &status.allocated_by;
+    GpuSample {
+        labels: [
+            gpu.index.to_string(),
+            gpu.id.clone(),
+            dcgm_bus_id(&gpu.pci_bus_id),
+            format!("nvidia{}", gpu.index),
+            document.gpu_product.clone(),
+            node.to_owned(),
+            document.driver_version.clone(),
+            holder.container.clone(),
+            holder.namespace.clone(),
+            holder.pod.clone(),
+        ],
+        mig,
+        uuid: key.to_owned(),
+        utilization: f64::from(utilization.min(100)),
+        fb_used: used as f64,
+        fb_free: memory.saturating_sub(used) as f64,
+    }
+}
+
+/// The samples of one node: each whole GPU, and each MIG instance of a partitioned GPU (as
+/// dcgm-exporter reports MIG-enabled GPUs: per instance, with its profile and instance id).
 pub fn node_samples(
     node: &str,
     document: &NodeTopology,
@@ -46,47 +112,33 @@ pub fn node_samples(
     knative: &HashMap<String, u8>,
     now: Instant,
 ) -> Vec<GpuSample> {
+    let rates = (draws, knative, now);
     document
         .gpus
         .iter()
-        .map(|gpu| {
-            let usage = &gpu.status.pod_gpu_usage_status;
-            let utilization: u32 = usage
-                .iter()
-                .map(|(pod, u)| {
-                    let rate = u
-                        .use_knative_utilization
-                        .then(|| knative.get(pod))
-                        .flatten();
-                    u32::from(
-                        rate.copied()
-                            .unwrap_or_else(|| draws.value(pod, &gpu.id, u.utilization, now)),
-                    )
-                })
-                .sum();
-            let used = usage
-                .values()
-                .map(|u| u.fb_used)
-                .sum::<u64>()
-                .min(document.gpu_memory);
-            let holder = &gpu.status.allocated_by;
-            GpuSample {
-                labels: [
-                    gpu.index.to_string(),
-                    gpu.id.clone(),
-                    dcgm_bus_id(&gpu.pci_bus_id),
-                    format!("nvidia{}", gpu.index),
-                    document.gpu_product.clone(),
-                    node.to_owned(),
-                    document.driver_version.clone(),
-                    holder.container.clone(),
-                    holder.namespace.clone(),
-                    holder.pod.clone(),
-                ],
-                utilization: f64::from(utilization.min(100)),
-                fb_used: used as f64,
-                fb_free: document.gpu_memory.saturating_sub(used) as f64,
+        .flat_map(|gpu| {
+            if gpu.mig_devices.is_empty() {
+                let whole = Target {
+                    key: &gpu.id,
+                    status: &gpu.status,
+                    memory: document.gpu_memory,
+                    mig: None,
+                };
+                return vec![sample(node, document, gpu, whole, rates)];
             }
+            gpu.mig_devices
+                .iter()
+                .zip(1..)
+                .map(|(mig, instance)| {
+                    let target = Target {
+                        key: &mig.uuid,
+                        status: &mig.status,
+                        memory: mig.memory,
+                        mig: Some([mig.profile.clone(), instance.to_string()]),
+                    };
+                    sample(node, document, gpu, target, rates)
+                })
+                .collect()
         })
         .collect()
 }
@@ -107,10 +159,14 @@ pub fn samples(
         .values()
         .flat_map(|d| &d.gpus)
         .flat_map(|g| {
-            g.status
+            let instances = g.mig_devices.iter().map(|m| (&m.status, m.uuid.as_str()));
+            std::iter::once((&g.status, g.id.as_str())).chain(instances)
+        })
+        .flat_map(|(status, key)| {
+            status
                 .pod_gpu_usage_status
                 .keys()
-                .map(|pod| (pod.as_str(), g.id.as_str()))
+                .map(move |pod| (pod.as_str(), key))
         })
         .collect();
     draws.retain(|pod, gpu| live.contains(&(pod, gpu)));
@@ -124,12 +180,15 @@ pub fn wants_knative(snapshot: &Snapshot) -> bool {
 
 /// Whether any pod of `document` takes its utilization from Knative.
 pub fn document_wants_knative(document: &NodeTopology) -> bool {
-    document.gpus.iter().any(|g| {
-        g.status
-            .pod_gpu_usage_status
+    let knative = |s: &GpuStatus| {
+        s.pod_gpu_usage_status
             .values()
             .any(|u| u.use_knative_utilization)
-    })
+    };
+    document
+        .gpus
+        .iter()
+        .any(|g| knative(&g.status) || g.mig_devices.iter().any(|m| knative(&m.status)))
 }
 
 /// What nvidia-smi is told about `node`: its document and the utilization its GPUs' series
@@ -141,10 +200,10 @@ pub fn node_report(
     knative: &HashMap<String, u8>,
     now: Instant,
 ) -> NodeReport {
+    // By the GPU's UUID, or the MIG instance's.
     let utilization = node_samples(node, document, draws, knative, now)
         .into_iter()
-        .zip(&document.gpus)
-        .map(|(sample, gpu)| (gpu.id.clone(), sample.utilization as u8))
+        .map(|sample| (sample.uuid, sample.utilization as u8))
         .collect();
     NodeReport {
         node: node.to_owned(),
@@ -153,27 +212,37 @@ pub fn node_report(
     }
 }
 
-/// A gauge family with one metric per sample, labelled in dcgm-exporter's order.
+fn pair(name: &str, value: &str) -> LabelPair {
+    let mut pair = LabelPair::default();
+    pair.set_name(name.to_owned());
+    pair.set_value(value.to_owned());
+    pair
+}
+
+/// A gauge family with one metric per sample that `include` keeps, labelled in
+/// dcgm-exporter's order (a MIG instance's labels after `modelName`).
 fn gauge_family(
     name: &str,
     help: &str,
     labels: &[&str; 10],
     samples: &[GpuSample],
+    include: impl Fn(&GpuSample) -> bool,
     value: impl Fn(&GpuSample) -> f64,
 ) -> MetricFamily {
     let metrics = samples
         .iter()
+        .filter(|s| include(s))
         .map(|sample| {
-            let pairs = labels
+            let mut pairs: Vec<LabelPair> = labels
                 .iter()
                 .zip(&sample.labels)
-                .map(|(name, value)| {
-                    let mut pair = LabelPair::default();
-                    pair.set_name((*name).to_owned());
-                    pair.set_value(value.clone());
-                    pair
-                })
+                .map(|(name, value)| pair(name, value))
                 .collect();
+            if let Some(mig) = &sample.mig {
+                for (offset, (name, value)) in dcgm::MIG_LABELS.iter().zip(mig).enumerate() {
+                    pairs.insert(dcgm::HOSTNAME_LABEL + offset, pair(name, value));
+                }
+            }
             let mut gauge = Gauge::default();
             gauge.set_value(value(sample));
             let mut metric = Metric::default();
@@ -203,11 +272,13 @@ pub fn encode(
     let mut labels = dcgm::LABELS;
     labels[dcgm::HOSTNAME_LABEL] = hostname_label;
     let mut families = vec![
+        // dcgm-exporter reports no GPU utilization for MIG instances, only profiling metrics.
         gauge_family(
             dcgm::GPU_UTIL,
             "GPU utilization (in %).",
             &labels,
             samples,
+            |s| s.mig.is_none(),
             |s| s.utilization,
         ),
         gauge_family(
@@ -215,6 +286,7 @@ pub fn encode(
             "Framebuffer memory used (in MiB).",
             &labels,
             samples,
+            |_| true,
             |s| s.fb_used,
         ),
         gauge_family(
@@ -222,6 +294,7 @@ pub fn encode(
             "Framebuffer memory free (in MiB).",
             &labels,
             samples,
+            |_| true,
             |s| s.fb_free,
         ),
         gauge_family(
@@ -229,6 +302,7 @@ pub fn encode(
             "Ratio of time the graphics engine is active.",
             &labels,
             samples,
+            |_| true,
             |s| s.utilization / 100.0,
         ),
     ];
@@ -362,5 +436,60 @@ mod tests {
         );
         assert_eq!(report.utilization["GPU-a"], 27);
         assert_eq!(report.utilization["GPU-b"], 0);
+    }
+
+    #[test]
+    fn mig_instances_are_series_of_their_own() {
+        let mut document = document();
+        let busy = document.gpus[0].status.clone();
+        document.gpus[0].status = GpuStatus::default();
+        document.gpus[0].mig_devices = [("3g.40gb", 0u32), ("1g.10gb", 4)]
+            .map(|(profile, start)| fakegpu_api::topology::MigDevice {
+                uuid: format!("MIG-{start}"),
+                profile: profile.into(),
+                placement_start: start,
+                memory: 40192,
+                ..Default::default()
+            })
+            .to_vec();
+        document.gpus[0].mig_devices[0].status = busy;
+        let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
+        let draws = Draws::new(Duration::from_secs(10));
+        let samples = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
+        assert_eq!(samples.len(), 3, "two instances and the whole GPU");
+        assert_eq!(samples[0].mig, Some(["3g.40gb".to_owned(), "1".to_owned()]));
+        assert_eq!(
+            (
+                samples[0].utilization,
+                samples[0].fb_used,
+                samples[0].fb_free
+            ),
+            (40.0, 30000.0, 10192.0)
+        );
+        let text = encode(&samples, "Hostname", None).expect("encodes");
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("DCGM_FI_DEV_FB_USED{") && l.contains(r#"GPU_I_PROFILE="3g.40gb""#)
+            })
+            .expect("the instance's framebuffer series");
+        assert!(
+            line.contains(r#"GPU_I_ID="1""#) && line.contains(r#"pod="job-0""#),
+            "{line}"
+        );
+        // No utilization series for MIG instances, as dcgm-exporter.
+        let util = text
+            .lines()
+            .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"))
+            .count();
+        assert_eq!(util, 1, "{text}");
+        let report = node_report(
+            "node-1",
+            &snapshot["node-1"],
+            &draws,
+            &HashMap::new(),
+            Instant::now(),
+        );
+        assert_eq!(report.utilization["MIG-0"], 40);
     }
 }

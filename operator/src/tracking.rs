@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fakegpu_api::{
-    dra::gpu_index,
+    dra::{gpu_device_name, mig_device_name},
     names::{annotation, label, resource},
     topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
     utilization::{UtilizationRange, UtilizationRangeError, WorkloadType},
@@ -34,10 +34,12 @@ pub struct GpuUser {
     /// The container the GPUs are for (the first that asks).
     pub container: String,
     pub created: Option<Time>,
-    /// Whole GPUs asked for as the extended resource.
+    /// Whole GPUs asked for as the extended resource (MIG instances under the single strategy).
     pub extended: u32,
-    /// GPU indices its allocated claims name.
-    pub allocated: BTreeSet<u32>,
+    /// MIG instances asked for as `nvidia.com/mig-<profile>`, by profile.
+    pub mig: BTreeMap<String, u32>,
+    /// Device names (`gpu-<index>`, MIG device names) of this node its allocated claims name.
+    pub claimed: BTreeSet<String>,
     pub usage: PodGpuUsage,
 }
 
@@ -65,31 +67,77 @@ pub fn is_active(pod: &Pod) -> bool {
         && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn gpu_limit(container: &Container) -> u32 {
+/// A container's limits (else requests) of extended resources.
+fn limits(
+    container: &Container,
+) -> Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>> {
     let resources = container.resources.as_ref();
     resources
         .and_then(|r| r.limits.as_ref())
         .or_else(|| resources.and_then(|r| r.requests.as_ref()))
-        .and_then(|quantities| quantities.get(resource::GPU))
+}
+
+fn limit(container: &Container, name: &str) -> u32 {
+    limits(container)
+        .and_then(|quantities| quantities.get(name))
         .and_then(|q| q.0.parse().ok())
         .unwrap_or(0)
 }
 
-/// Whole GPUs a pod asks for: what its containers add up to, or an init container's need if
-/// larger (init containers run before the others, as the scheduler counts them).
-pub fn extended_gpus(pod: &Pod) -> u32 {
+/// Whether a container asks for GPUs or MIG instances as extended resources.
+fn wants_gpus(container: &Container) -> bool {
+    limits(container).is_some_and(|l| {
+        l.iter().any(|(name, q)| {
+            (name == resource::GPU || name.starts_with(resource::MIG_PREFIX)) && q.0 != "0"
+        })
+    })
+}
+
+/// How much of extended resource `name` a pod asks for: what its containers add up to, or an
+/// init container's need if larger (init containers run before the others, as the scheduler
+/// counts them).
+fn requested(pod: &Pod, name: &str) -> u32 {
     let Some(spec) = pod.spec.as_ref() else {
         return 0;
     };
-    let running: u32 = spec.containers.iter().map(gpu_limit).sum();
+    let running: u32 = spec.containers.iter().map(|c| limit(c, name)).sum();
     let init = spec
         .init_containers
         .iter()
         .flatten()
-        .map(gpu_limit)
+        .map(|c| limit(c, name))
         .max()
         .unwrap_or(0);
     running.max(init)
+}
+
+/// Whole GPUs a pod asks for (`nvidia.com/gpu`).
+pub fn extended_gpus(pod: &Pod) -> u32 {
+    requested(pod, resource::GPU)
+}
+
+/// MIG instances a pod asks for, by profile (`nvidia.com/mig-<profile>`).
+pub fn mig_requests(pod: &Pod) -> BTreeMap<String, u32> {
+    let spec = pod.spec.as_ref();
+    let names: BTreeSet<&String> = spec
+        .into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .filter_map(limits)
+        .flat_map(|l| l.keys())
+        .filter(|name| name.starts_with(resource::MIG_PREFIX))
+        .collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let count = requested(pod, name);
+            let profile = name.strip_prefix(resource::MIG_PREFIX)?;
+            (count > 0).then(|| (profile.to_owned(), count))
+        })
+        .collect()
 }
 
 /// Names of the ResourceClaims a pod uses: generated ones (from its status) and named ones.
@@ -111,11 +159,11 @@ pub fn claim_names(pod: &Pod) -> BTreeSet<String> {
     generated.chain(named).collect()
 }
 
-/// GPU indices of `node` that a claim's allocation names.
-pub fn allocated_gpus(claim: &ResourceClaim, node: &str) -> BTreeSet<u32> {
+/// Device names of `node` that a claim's allocation names.
+pub fn claimed_devices(claim: &ResourceClaim, node: &str) -> BTreeSet<String> {
     gpu_results(claim)
         .filter(|r| r.pool == node)
-        .filter_map(|r| gpu_index(&r.device))
+        .map(|r| r.device.clone())
         .collect()
 }
 
@@ -204,19 +252,20 @@ pub fn gpu_user(
         return None;
     }
     let extended = extended_gpus(pod);
-    let allocated: BTreeSet<u32> = claim_names(pod)
+    let mig = mig_requests(pod);
+    let claimed: BTreeSet<String> = claim_names(pod)
         .iter()
         .filter_map(|name| claim(name))
-        .flat_map(|c| allocated_gpus(&c, node))
+        .flat_map(|c| claimed_devices(&c, node))
         .collect();
-    if extended == 0 && allocated.is_empty() {
+    if extended == 0 && mig.is_empty() && claimed.is_empty() {
         return None;
     }
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice());
     let containers = containers.unwrap_or_default();
     let container = containers
         .iter()
-        .find(|c| gpu_limit(c) > 0 || c.resources.as_ref().is_some_and(|r| r.claims.is_some()))
+        .find(|c| wants_gpus(c) || c.resources.as_ref().is_some_and(|r| r.claims.is_some()))
         .or(containers.first())
         .map(|c| c.name.clone())
         .unwrap_or_default();
@@ -227,66 +276,149 @@ pub fn gpu_user(
         container,
         created: pod.creation_timestamp(),
         extended,
-        allocated,
+        mig,
+        claimed,
         usage: usage(pod, defaults, gpu_memory_mib),
     })
 }
 
-/// Records `users` in `gpus`, replacing what was recorded (holders that are gone are freed).
-pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser]) {
-    let previous: Vec<GpuStatus> = gpus.iter().map(|g| g.status.clone()).collect();
-    for gpu in gpus.iter_mut() {
-        gpu.status = GpuStatus::default();
-    }
-    let position: BTreeMap<u32, usize> =
-        gpus.iter().enumerate().map(|(i, g)| (g.index, i)).collect();
-    let take = |gpu: &mut GpuTopology, user: &GpuUser| {
-        if gpu.status.allocated_by.pod.is_empty() {
-            gpu.status.allocated_by = user.holder();
+/// What a slot is: a whole GPU or a MIG instance of a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    Gpu,
+    Mig(String),
+}
+
+/// One thing a pod can hold: a whole GPU, or a MIG instance of a partitioned GPU.
+struct Slot<'a> {
+    kind: Kind,
+    /// Its device name in the node's ResourceSlice (what claims name).
+    name: String,
+    /// Framebuffer of a MIG instance, MiB (a pod cannot use more).
+    memory: Option<u64>,
+    previous: GpuStatus,
+    status: &'a mut GpuStatus,
+}
+
+impl Slot<'_> {
+    fn take(&mut self, user: &GpuUser) {
+        if self.status.allocated_by.pod.is_empty() {
+            self.status.allocated_by = user.holder();
         }
-        gpu.status
+        let mut usage = user.usage.clone();
+        if let Some(memory) = self.memory {
+            usage.fb_used = usage.fb_used.min(memory);
+        }
+        self.status
             .pod_gpu_usage_status
-            .insert(user.uid.clone(), user.usage.clone());
-    };
+            .insert(user.uid.clone(), usage);
+    }
+}
 
-    // Claims first: the scheduler decided those devices.
+/// The slots of a document, statuses emptied (their previous content kept aside).
+fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
+    let mut slots = Vec::new();
+    for GpuTopology {
+        index,
+        status,
+        mig_devices,
+        ..
+    } in gpus.iter_mut()
+    {
+        let previous = std::mem::take(status);
+        if mig_devices.is_empty() {
+            slots.push(Slot {
+                kind: Kind::Gpu,
+                name: gpu_device_name(*index),
+                memory: None,
+                previous,
+                status,
+            });
+            continue;
+        }
+        for mig in mig_devices.iter_mut() {
+            slots.push(Slot {
+                kind: Kind::Mig(mig.profile.clone()),
+                name: mig_device_name(*index, mig),
+                memory: Some(mig.memory),
+                previous: std::mem::take(&mut mig.status),
+                status: &mut mig.status,
+            });
+        }
+    }
+    slots
+}
+
+/// Records `users` in `gpus` and their MIG instances, replacing what was recorded (holders
+/// that are gone are freed). Claims hold what the scheduler allocated; extended-resource pods,
+/// oldest first, keep what they held and then get the lowest free slots of their kind:
+/// `nvidia.com/gpu` whole GPUs (MIG instances under the `single` strategy),
+/// `nvidia.com/mig-<profile>` instances of that profile.
+pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
+    let mut slots = slots(gpus);
     for user in users {
-        for index in &user.allocated {
-            if let Some(&i) = position.get(index) {
-                take(&mut gpus[i], user);
-            }
+        for slot in slots.iter_mut().filter(|s| user.claimed.contains(&s.name)) {
+            slot.take(user);
         }
     }
 
-    let mut waiting: Vec<&GpuUser> = users.iter().filter(|u| u.extended > 0).collect();
+    let mut waiting: Vec<&GpuUser> = users
+        .iter()
+        .filter(|u| u.extended > 0 || !u.mig.is_empty())
+        .collect();
     waiting.sort_by(|a, b| {
         let created = |u: &GpuUser| u.created.as_ref().map(|t| t.0);
         (created(a), &a.namespace, &a.pod).cmp(&(created(b), &b.namespace, &b.pod))
     });
-    let mut missing: Vec<u32> = Vec::with_capacity(waiting.len());
-    // Each pod keeps the GPUs it held, as far as they are still free.
-    for user in &waiting {
+    // (user, which slots serve the request, how many)
+    type Matcher = Box<dyn Fn(&Kind) -> bool>;
+    let mut demands: Vec<(&GpuUser, Matcher, u32)> = Vec::new();
+    for user in waiting {
+        if user.extended > 0 {
+            let matcher: Matcher = if mig_single {
+                Box::new(|k: &Kind| matches!(k, Kind::Mig(_)))
+            } else {
+                Box::new(|k: &Kind| *k == Kind::Gpu)
+            };
+            demands.push((user, matcher, user.extended));
+        }
+        // A single-strategy node advertises no nvidia.com/mig-<profile>.
+        for (profile, count) in user.mig.iter().filter(|_| !mig_single) {
+            let profile = profile.clone();
+            let matcher: Matcher = Box::new(move |k: &Kind| *k == Kind::Mig(profile.clone()));
+            demands.push((user, matcher, *count));
+        }
+    }
+    let mut missing: Vec<u32> = Vec::with_capacity(demands.len());
+    // Each pod keeps what it held, as far as it is still free.
+    for (user, matches, count) in &demands {
         let mut held = 0;
-        for (i, before) in previous.iter().enumerate() {
-            if held < user.extended && user.holds(before) && !gpus[i].status.in_use() {
-                take(&mut gpus[i], user);
+        for slot in slots.iter_mut() {
+            if held < *count
+                && matches(&slot.kind)
+                && user.holds(&slot.previous)
+                && !slot.status.in_use()
+            {
+                slot.take(user);
                 held += 1;
             }
         }
-        missing.push(user.extended - held);
+        missing.push(count - held);
     }
-    // Then the lowest free GPUs, oldest pod first.
-    for (user, missing) in waiting.iter().zip(missing) {
-        let free = gpus.iter_mut().filter(|g| !g.status.in_use());
-        for gpu in free.take(missing as usize) {
-            take(gpu, user);
+    // Then the lowest free slots, oldest pod first.
+    for ((user, matches, _), missing) in demands.iter().zip(missing) {
+        let free = slots
+            .iter_mut()
+            .filter(|s| matches(&s.kind) && !s.status.in_use());
+        for slot in free.take(missing as usize) {
+            slot.take(user);
         }
     }
 }
 
-/// GPUs of a document that some pod holds or uses.
+/// GPUs of a document that some pod holds or uses (itself or one of its MIG instances).
 pub fn allocated_count(gpus: &[GpuTopology]) -> u32 {
-    u32::try_from(gpus.iter().filter(|g| g.status.in_use()).count()).unwrap_or(u32::MAX)
+    u32::try_from(gpus.iter().filter(|g| g.in_use()).count()).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -406,7 +538,7 @@ mod tests {
         let mut topology = gpus(4);
         let young = user(&asking("young", "2026-01-02T00:00:00Z", 1), &[]);
         let old = user(&asking("old", "2026-01-01T00:00:00Z", 2), &[]);
-        assign(&mut topology, &[young.clone(), old.clone()]);
+        assign(&mut topology, &[young.clone(), old.clone()], false);
         assert_eq!(holders(&topology), ["old", "old", "young", ""]);
         assert_eq!(topology[0].status.allocated_by.container, "main");
         assert_eq!(
@@ -421,15 +553,15 @@ mod tests {
         let mut topology = gpus(4);
         let a = user(&asking("a", "2026-01-01T00:00:00Z", 1), &[]);
         let b = user(&asking("b", "2026-01-02T00:00:00Z", 2), &[]);
-        assign(&mut topology, &[a.clone(), b.clone()]);
+        assign(&mut topology, &[a.clone(), b.clone()], false);
         assert_eq!(holders(&topology), ["a", "b", "b", ""]);
         // a finishes; a newer pod arrives: b keeps its GPUs, the newcomer takes the free ones.
         let c = user(&asking("c", "2026-01-03T00:00:00Z", 2), &[]);
-        assign(&mut topology, &[c.clone(), b.clone()]);
+        assign(&mut topology, &[c.clone(), b.clone()], false);
         assert_eq!(holders(&topology), ["c", "b", "b", "c"]);
         // Same inputs again (an operator restart reads the document back): nothing moves.
         let before = topology.clone();
-        assign(&mut topology, &[b, c]);
+        assign(&mut topology, &[b, c], false);
         assert_eq!(topology, before);
     }
 
@@ -437,7 +569,7 @@ mod tests {
     fn claims_decide_their_devices_and_push_counted_pods_aside() {
         let mut topology = gpus(3);
         let counted = user(&asking("counted", "2026-01-01T00:00:00Z", 1), &[]);
-        assign(&mut topology, std::slice::from_ref(&counted));
+        assign(&mut topology, std::slice::from_ref(&counted), false);
         assert_eq!(holders(&topology), ["counted", "", ""]);
         let claimed = pod(
             "claimed",
@@ -449,8 +581,8 @@ mod tests {
             &claimed,
             &[claim(&[("n", "gpu-0"), ("other-node", "gpu-1")])],
         );
-        assert_eq!(claimed.allocated, BTreeSet::from([0]));
-        assign(&mut topology, &[counted, claimed]);
+        assert_eq!(claimed.claimed, BTreeSet::from(["gpu-0".to_owned()]));
+        assign(&mut topology, &[counted, claimed], false);
         assert_eq!(holders(&topology), ["claimed", "counted", ""]);
     }
 
@@ -465,7 +597,7 @@ mod tests {
             std::slice::from_ref(&shared),
         );
         let b = user(&pod("b", "2026-01-02T00:00:00Z", spec), &[shared]);
-        assign(&mut topology, &[a, b]);
+        assign(&mut topology, &[a, b], false);
         assert_eq!(topology[0].status.allocated_by.pod, "a");
         assert_eq!(topology[0].status.pod_gpu_usage_status.len(), 2);
     }
@@ -544,5 +676,103 @@ mod tests {
             );
         }
         assert!(malformed_utilization(&annotated).is_none());
+    }
+
+    fn partitioned() -> Vec<GpuTopology> {
+        let mut topology = gpus(2);
+        topology[0].mig_devices = [("3g.40gb", 9, 0), ("1g.10gb", 19, 4), ("1g.10gb", 19, 5)]
+            .map(|(profile, id, start)| fakegpu_api::topology::MigDevice {
+                uuid: format!("MIG-{start}"),
+                profile: profile.into(),
+                gi_profile_id: id,
+                placement_start: start,
+                memory: 100,
+                ..Default::default()
+            })
+            .to_vec();
+        topology
+    }
+
+    fn holder(status: &GpuStatus) -> &str {
+        status.allocated_by.pod.as_str()
+    }
+
+    #[test]
+    fn mig_instances_are_held_by_resource_and_by_claim() {
+        let limits = |resources: serde_json::Value| json!({"spec": {"nodeName": "n", "containers": [{"name": "main", "resources": {"limits": resources}}]}});
+        let small = user(
+            &pod(
+                "small",
+                "2026-01-01T00:00:00Z",
+                limits(json!({"nvidia.com/mig-1g.10gb": "2"})),
+            ),
+            &[],
+        );
+        assert_eq!(small.mig["1g.10gb"], 2);
+        let whole = user(
+            &pod(
+                "whole",
+                "2026-01-01T00:00:01Z",
+                limits(json!({"nvidia.com/gpu": "1"})),
+            ),
+            &[],
+        );
+        let claim: Arc<ResourceClaim> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
+                "status": {"allocation": {"devices": {"results": [{"request": "mig",
+                    "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0-mig-3g40gb-9-0"}]}}},
+            }))
+            .expect("claim"),
+        );
+        let claimant = user(
+            &pod(
+                "claimant",
+                "2026-01-01T00:00:02Z",
+                json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
+                "resourceClaims": [{"name": "mig", "resourceClaimName": "c"}]}}),
+            ),
+            &[claim],
+        );
+        let mut topology = partitioned();
+        assign(
+            &mut topology,
+            &[small.clone(), whole.clone(), claimant.clone()],
+            false,
+        );
+        let migs = &topology[0].mig_devices;
+        let held: Vec<&str> = migs.iter().map(|m| holder(&m.status)).collect();
+        assert_eq!(held, ["claimant", "small", "small"]);
+        assert_eq!(holder(&topology[1].status), "whole");
+        assert!(!topology[0].status.in_use());
+        // A pod uses no more framebuffer than its instance has.
+        assert_eq!(
+            migs[1].status.pod_gpu_usage_status["uid-small"].fb_used,
+            100
+        );
+        assert_eq!(allocated_count(&topology), 2);
+
+        // Under the single strategy nvidia.com/gpu asks for instances, and keeps them.
+        let mut single = partitioned();
+        single.truncate(1);
+        assign(&mut single, std::slice::from_ref(&whole), true);
+        let held: Vec<&str> = single[0]
+            .mig_devices
+            .iter()
+            .map(|m| holder(&m.status))
+            .collect();
+        assert_eq!(held, ["whole", "", ""]);
+        let first = small.clone();
+        assign(&mut single, &[first, whole], true);
+        let held: Vec<&str> = single[0]
+            .mig_devices
+            .iter()
+            .map(|m| holder(&m.status))
+            .collect();
+        assert_eq!(
+            held,
+            ["whole", "", ""],
+            "single never serves mig-<profile> requests"
+        );
     }
 }

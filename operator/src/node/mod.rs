@@ -250,7 +250,8 @@ fn desired_topology(
             tracking::gpu_user(pod, &name, claim, defaults, gpu.memory_mib)
         })
         .collect();
-    tracking::assign(&mut document.gpus, &users);
+    let mig_single = document.mig_strategy == "single";
+    tracking::assign(&mut document.gpus, &users, mig_single);
     document
 }
 

@@ -58,10 +58,8 @@ pub fn desired_topology(
     let gpus = (0..gpu.count)
         .map(|index| {
             let id = gpu_uuid(node, index);
-            let status = previous
-                .and_then(|p| p.gpus.iter().find(|g| g.id == id))
-                .map(|g| g.status.clone())
-                .unwrap_or_default();
+            let before = previous.and_then(|p| p.gpus.iter().find(|g| g.id == id));
+            let status = before.map(|g| g.status.clone()).unwrap_or_default();
             let numa_node = zones.as_ref().and_then(|z| z.get(index as usize).copied());
             let slot = slots_taken.entry(numa_node.unwrap_or(0)).or_default();
             let (pci_bus_id, pcie_root) = pci_address(numa_node.unwrap_or(0), *slot);
@@ -72,8 +70,17 @@ pub fn desired_topology(
                 .and_then(|plan| plan.gpus.get(&index))
                 .into_iter()
                 .flatten()
-                .map(|instance| MigDevice {
-                    uuid: mig_uuid(node, index, instance.placement_start),
+                .map(|instance| {
+                    let uuid = mig_uuid(node, index, instance.placement_start);
+                    let status = before
+                        .and_then(|g| g.mig_devices.iter().find(|m| m.uuid == uuid))
+                        .map(|m| m.status.clone())
+                        .unwrap_or_default();
+                    (uuid, status, instance)
+                })
+                .map(|(uuid, status, instance)| MigDevice {
+                    uuid,
+                    status,
                     profile: instance.profile.name.to_owned(),
                     gi_profile_id: instance.profile.gi_profile_id,
                     placement_start: instance.placement_start,
