@@ -161,6 +161,30 @@ impl Cleanup {
     }
 }
 
+/// What most KWOK tests start from: the admin client with the CRDs installed, a pool name of
+/// the test's own (starting with `prefix`), a KWOK node labelled for that pool, a namespace,
+/// and the [`Cleanup`] that removes them.
+pub async fn kwok_scenario(
+    prefix: &str,
+) -> anyhow::Result<(Client, String, String, String, Cleanup)> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name(prefix);
+    let node = format!("{pool}-node");
+    create_kwok_node(
+        &client,
+        &node,
+        &[(fakegpu_api::names::label::NODE_POOL, &pool)],
+    )
+    .await?;
+    let namespace = create_namespace(&client, prefix).await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&pool)
+        .node(&node)
+        .namespace(&namespace);
+    Ok((client, pool, node, namespace, cleanup))
+}
+
 /// Creates a namespace for one test.
 pub async fn create_namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
     let name = unique_name(prefix);

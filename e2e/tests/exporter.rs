@@ -10,8 +10,7 @@ use std::{
 use anyhow::Context;
 use fakegpu_api::names::{annotation, container_env, dcgm, label, metric};
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually, http_get,
-    install_crds, repo_root, running_pod, unique_name,
+    Scenario, create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod, unique_name,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::PostParams};
@@ -214,16 +213,7 @@ fn gpu_pod(name: &str, pool: &str, metadata: serde_json::Value) -> anyhow::Resul
 /// says so.
 #[tokio::test]
 async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    install_crds(&client).await?;
-    let pool = unique_name("dcgm");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let namespace = create_namespace(&client, "dcgm").await?;
-    let cleanup = Cleanup::new(&client)
-        .pool(&pool)
-        .node(&node)
-        .namespace(&namespace);
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("dcgm").await?;
     let result = async {
         create_pool(
             &client,

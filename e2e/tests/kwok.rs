@@ -11,8 +11,8 @@ use fakegpu_api::{
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
-    eventually, install_crds, running_pod, topology_of, unique_name,
+    Cleanup, Scenario, admin_client, create_kwok_node, create_kwok_pod, create_namespace,
+    create_pool, eventually, install_crds, kwok_scenario, running_pod, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -94,16 +94,7 @@ async fn allocated_in_status(client: &Client, pool: &str, allocated: u32) -> any
 
 #[tokio::test]
 async fn extended_resource_pods_schedule_run_and_are_tracked() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    install_crds(&client).await?;
-    let pool = unique_name("ext");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let namespace = create_namespace(&client, "ext").await?;
-    let cleanup = Cleanup::new(&client)
-        .pool(&pool)
-        .node(&node)
-        .namespace(&namespace);
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("ext").await?;
     let result = extended_resources(&client, &pool, &node, &namespace).await;
     cleanup.after(result).await
 }
@@ -518,17 +509,8 @@ async fn install_pod_group_crd(client: &Client) -> anyhow::Result<()> {
 /// runs at 80-100 %.
 #[tokio::test]
 async fn pod_groups_tell_the_workload_type() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    install_crds(&client).await?;
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("pg").await?;
     install_pod_group_crd(&client).await?;
-    let pool = unique_name("pg");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let namespace = create_namespace(&client, "pg").await?;
-    let cleanup = Cleanup::new(&client)
-        .pool(&pool)
-        .node(&node)
-        .namespace(&namespace);
     let result = async {
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 2}})).await?;
         let gvk = GroupVersionKind::gvk(pod_group::GROUP, pod_group::VERSION, pod_group::KIND);

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{GpuNodePool, names::label};
+use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
-    eventually, install_crds, running_pod, topology_of, unique_name,
+    Cleanup, Scenario, admin_client, create_kwok_pod, create_pool, eventually, install_crds,
+    kwok_scenario, running_pod, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::Node,
@@ -25,16 +25,7 @@ const CONVERGE: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    install_crds(&client).await?;
-    let pool = unique_name("mig");
-    let node = format!("{pool}-node");
-    create_kwok_node(&client, &node, &[(label::NODE_POOL, &pool)]).await?;
-    let namespace = create_namespace(&client, "mig").await?;
-    let cleanup = Cleanup::new(&client)
-        .pool(&pool)
-        .node(&node)
-        .namespace(&namespace);
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("mig").await?;
     let result = async {
         // GPU 0 cut into 3g + 2g + 1g + 1g, GPU 1 into seven 1g instances; GPU 2 stays whole.
         create_pool(

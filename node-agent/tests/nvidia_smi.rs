@@ -262,6 +262,21 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
             ..Default::default()
         })
         .to_vec();
+    report.topology.gpus[1].status = GpuStatus::default();
+    report.topology.gpus[1].mig_devices[1].status = GpuStatus {
+        allocated_by: AllocatedBy {
+            namespace: "team-b".into(),
+            pod: "mig-0".into(),
+            container: "main".into(),
+        },
+        pod_gpu_usage_status: BTreeMap::from([(
+            "uid-mig-0".into(),
+            PodGpuUsage {
+                fb_used: 5000,
+                ..Default::default()
+            },
+        )]),
+    };
     let url = serve(&report)?;
     let (_, out, _) = smi("-L -i 1", &environment(&url));
     assert_eq!(

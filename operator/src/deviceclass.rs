@@ -196,6 +196,16 @@ mod tests {
     use super::*;
     use crate::testing::pool;
 
+    fn expression(class: &DeviceClass) -> &str {
+        class
+            .spec
+            .as_ref()
+            .and_then(|s| s.selectors.as_ref())
+            .and_then(|s| s.first())
+            .and_then(|s| s.cel.as_ref())
+            .map_or("", |cel| cel.expression.as_str())
+    }
+
     #[test]
     fn classes_follow_the_pools_that_serve_dra() {
         let plugin_only = pool("plain", 1, json!({"gpu": {"profile": "t4"}}));
@@ -221,13 +231,8 @@ mod tests {
         let gpu = &classes[0];
         let gpu_spec = gpu.spec.as_ref().expect("spec");
         assert_eq!(gpu.name_any(), "gpu.nvidia.com");
-        let expression = &gpu_spec.selectors.as_ref().expect("selectors")[0]
-            .cel
-            .as_ref()
-            .expect("cel")
-            .expression;
         assert_eq!(
-            expression,
+            expression(gpu),
             "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
         );
         assert_eq!(
@@ -276,19 +281,8 @@ mod tests {
                 "compute-domain-default-channel.nvidia.com"
             ]
         );
-        let expression = &classes[1]
-            .spec
-            .as_ref()
-            .expect("spec")
-            .selectors
-            .as_ref()
-            .expect("selectors")[0]
-            .cel
-            .as_ref()
-            .expect("cel")
-            .expression;
         assert_eq!(
-            expression,
+            expression(&classes[1]),
             "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel' && device.attributes['compute-domain.nvidia.com'].id == 0"
         );
     }

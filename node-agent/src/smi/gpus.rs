@@ -5,7 +5,7 @@ use fakegpu_api::{
     names::container_env,
     profiles::profile_by_product,
     report::NodeReport,
-    topology::{GpuTopology, PodGpuUsage},
+    topology::{GpuStatus, GpuTopology, PodGpuUsage},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -193,16 +193,22 @@ fn visible_mig(spec: Option<&str>, gpu: &GpuTopology) -> Vec<MigInstance> {
         .collect()
 }
 
-/// Whether the usage entry of pod `uid` on `gpu` is this container's pod.
-fn ours(env: &Environment, gpu: &GpuTopology, uid: &str) -> bool {
-    let usage = &gpu.status.pod_gpu_usage_status;
+/// What pods use: a whole GPU, or one MIG instance of it, by its UUID.
+struct Used<'a> {
+    id: &'a str,
+    status: &'a GpuStatus,
+}
+
+/// Whether the usage entry of pod `uid` on `used` is this container's pod.
+fn ours(env: &Environment, used: &Used<'_>, uid: &str) -> bool {
+    let status = used.status;
     env.pod_uid.as_deref() == Some(uid)
-        || (usage.len() == 1
-            && (env.hostname.as_deref() == Some(gpu.status.allocated_by.pod.as_str())
+        || (status.pod_gpu_usage_status.len() == 1
+            && (env.hostname.as_deref() == Some(status.allocated_by.pod.as_str())
                 || env
                     .visible_devices
                     .as_deref()
-                    .is_some_and(|spec| spec.split(',').map(str::trim).any(|id| id == gpu.id))))
+                    .is_some_and(|spec| spec.split(',').map(str::trim).any(|id| id == used.id))))
 }
 
 /// A fractional share from `RUNAI_NUM_OF_GPUS`, when it is one.
@@ -220,12 +226,18 @@ fn dcgm_bus_id(bus_id: &str) -> String {
     }
 }
 
-fn process(env: &Environment, gpu: &GpuTopology, uid: &str, usage: &PodGpuUsage) -> Process {
-    let (pid, name) = if ours(env, gpu, uid) {
+fn process(
+    env: &Environment,
+    gpu: &GpuTopology,
+    used: &Used<'_>,
+    uid: &str,
+    usage: &PodGpuUsage,
+) -> Process {
+    let status = used.status;
+    let (pid, name) = if ours(env, used, uid) {
         (Some(env.process_id), env.process_name.clone())
-    } else if gpu.status.pod_gpu_usage_status.len() == 1 && !gpu.status.allocated_by.pod.is_empty()
-    {
-        let holder = &gpu.status.allocated_by;
+    } else if status.pod_gpu_usage_status.len() == 1 && !status.allocated_by.pod.is_empty() {
+        let holder = &status.allocated_by;
         (None, format!("{}/{}", holder.namespace, holder.pod))
     } else {
         (None, format!("pod {uid}"))
@@ -261,15 +273,40 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
         .iter()
         .filter(|gpu| visible(env.visible_devices.as_deref(), gpu))
         .map(|gpu| {
-            let usage = &gpu.status.pod_gpu_usage_status;
-            let mine: Vec<_> = usage
+            let mig_devices = visible_mig(env.visible_devices.as_deref(), gpu);
+            // A partitioned GPU's pods use its instances (those the container sees).
+            let parts: Vec<Used<'_>> = if gpu.mig_devices.is_empty() {
+                vec![Used {
+                    id: &gpu.id,
+                    status: &gpu.status,
+                }]
+            } else {
+                gpu.mig_devices
+                    .iter()
+                    .filter(|m| mig_devices.iter().any(|v| v.uuid == m.uuid))
+                    .map(|m| Used {
+                        id: &m.uuid,
+                        status: &m.status,
+                    })
+                    .collect()
+            };
+            let entries: Vec<(&Used<'_>, &String, &PodGpuUsage)> = parts
                 .iter()
-                .filter(|(uid, _)| ours(env, gpu, uid))
+                .flat_map(|part| {
+                    part.status
+                        .pod_gpu_usage_status
+                        .iter()
+                        .map(move |(uid, usage)| (part, uid, usage))
+                })
+                .collect();
+            let mine: Vec<_> = entries
+                .iter()
+                .filter(|(part, uid, _)| ours(env, part, uid))
                 .collect();
             let used: u64 = if mine.is_empty() {
-                usage.values().map(|u| u.fb_used).sum()
+                entries.iter().map(|(_, _, u)| u.fb_used).sum()
             } else {
-                mine.iter().map(|(_, u)| u.fb_used).sum()
+                mine.iter().map(|(_, _, u)| u.fb_used).sum()
             };
             Gpu {
                 index: gpu.index,
@@ -287,10 +324,10 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                 power_limit: (topology.power_limit_watts > 0).then_some(topology.power_limit_watts),
                 mig_mode,
                 compute_capability: topology.compute_capability.clone(),
-                mig_devices: visible_mig(env.visible_devices.as_deref(), gpu),
-                processes: usage
+                mig_devices,
+                processes: entries
                     .iter()
-                    .map(|(uid, u)| process(env, gpu, uid, u))
+                    .map(|(part, uid, u)| process(env, gpu, part, uid, u))
                     .collect(),
             }
         })
