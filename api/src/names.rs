@@ -86,6 +86,10 @@ pub mod label {
     pub const DEPLOY_DEVICE_PLUGIN: &str = "nvidia.com/gpu.deploy.device-plugin";
     /// Reference: schedules the DRA kubelet plugin; nodes with a kubelet serving DRA.
     pub const DEPLOY_DRA_PLUGIN: &str = "nvidia.com/gpu.deploy.dra-plugin-gpu";
+    /// The reference's deploy label of its compute-domain DRA plugin: set on nodes with a
+    /// kubelet whose pool serves ComputeDomains; the compute-domain DaemonSet selects it.
+    pub const DEPLOY_COMPUTE_DOMAIN_PLUGIN: &str =
+        "nvidia.com/gpu.deploy.compute-domain-dra-plugin";
 
     /// GPU feature discovery, MIG strategy `single`: streaming multiprocessors of one instance.
     pub const GPU_MULTIPROCESSORS: &str = "nvidia.com/gpu.multiprocessors";
@@ -137,6 +141,7 @@ pub mod label {
         DEPLOY_DCGM_EXPORTER,
         DEPLOY_DEVICE_PLUGIN,
         DEPLOY_DRA_PLUGIN,
+        DEPLOY_COMPUTE_DOMAIN_PLUGIN,
         GPU_MULTIPROCESSORS,
         GPU_SLICES_GI,
         GPU_SLICES_CI,
@@ -363,6 +368,10 @@ pub mod compute_domain {
     /// Device attribute values of channels (`type`), and the attribute with the channel id.
     pub const TYPE_CHANNEL: &str = "channel";
     pub const ID_ATTRIBUTE: &str = "id";
+    /// Where a container finds its IMEX channels (`channel<id>` character devices).
+    pub const IMEX_CHANNEL_DIR: &str = "/dev/nvidia-caps-imex-channels";
+    /// Channels of a node; `allocationMode: All` gives a pod every one, as NVIDIA's plugin does.
+    pub const IMEX_CHANNELS: u32 = 2048;
 }
 
 /// Run:ai's / KAI scheduler's PodGroup (`scheduling.run.ai/v2alpha2`), read for its

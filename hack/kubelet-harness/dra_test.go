@@ -167,9 +167,15 @@ func TestDRAPlugin(t *testing.T) {
 // to be registered and reachable.
 func prepare(t *testing.T, ctx context.Context, dra *draplugin.DRAPluginManager, request *drapb.NodePrepareResourcesRequest) *drapb.NodePrepareResourcesResponse {
 	t.Helper()
+	return prepareWith(t, ctx, dra, gpuDriver, request)
+}
+
+// prepareWith is prepare for the plugin of driver.
+func prepareWith(t *testing.T, ctx context.Context, dra *draplugin.DRAPluginManager, driver string, request *drapb.NodePrepareResourcesRequest) *drapb.NodePrepareResourcesResponse {
+	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
-		plugin, err := dra.GetPlugin(gpuDriver)
+		plugin, err := dra.GetPlugin(driver)
 		if err == nil {
 			var response *drapb.NodePrepareResourcesResponse
 			response, err = plugin.NodePrepareResources(ctx, request)
@@ -186,14 +192,20 @@ func prepare(t *testing.T, ctx context.Context, dra *draplugin.DRAPluginManager,
 
 func waitSlice(t *testing.T, ctx context.Context, c *cluster, node string, ok func(*resourcev1.ResourceSlice) bool) *resourcev1.ResourceSlice {
 	t.Helper()
+	return waitSliceNamed(t, ctx, c, node+"-gpu.nvidia.com", ok)
+}
+
+// waitSliceNamed waits until slice name exists and satisfies ok.
+func waitSliceNamed(t *testing.T, ctx context.Context, c *cluster, name string, ok func(*resourcev1.ResourceSlice) bool) *resourcev1.ResourceSlice {
+	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
-		slice, err := c.client.ResourceV1().ResourceSlices().Get(ctx, node+"-gpu.nvidia.com", metav1.GetOptions{})
+		slice, err := c.client.ResourceV1().ResourceSlices().Get(ctx, name, metav1.GetOptions{})
 		if err == nil && ok(slice) {
 			return slice
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("slice of %s: %v %+v", node, err, slice)
+			t.Fatalf("slice %s: %v %+v", name, err, slice)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -2,7 +2,8 @@
 //!
 //! Configuration, all from the environment (the DaemonSets set it):
 //! - `NODE_NAME` (required), `FAKEGPU_NAMESPACE` (where the topology ConfigMaps are);
-//! - `FAKEGPU_DEVICE_PLUGIN` / `FAKEGPU_DRA`: `false` turns that plugin off (the bundle runs one
+//! - `FAKEGPU_DEVICE_PLUGIN` / `FAKEGPU_DRA`: `false` turns that plugin off, and
+//!   `FAKEGPU_COMPUTE_DOMAINS=true` turns the compute-domain DRA plugin on (the bundle runs one
 //!   DaemonSet per interface, on the nodes the operator labels for it);
 //! - `FAKEGPU_DEVICE_PLUGIN_DIR` (default `/var/lib/kubelet/device-plugins`);
 //! - `FAKEGPU_PLUGINS_REGISTRY_DIR` (default `/var/lib/kubelet/plugins_registry`),
@@ -13,7 +14,7 @@
 //!   asks for the node's GPUs (default `http://fakegpu-exporter.<namespace>.svc:9400`);
 //! - `FAKEGPU_HTTP_ADDR`: `/metrics`, `/healthz`, `/readyz` (default `0.0.0.0:8080`).
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use anyhow::Context;
 use fakegpu_api::names::{
@@ -81,8 +82,10 @@ async fn run() -> anyhow::Result<()> {
             "/var/lib/fakegpu/bin/nvidia-smi",
         )),
     };
-    // The image carries nvidia-smi next to the agent; containers mount it from the host.
-    if let Some(shipped) = container::shipped_nvidia_smi() {
+    // The image carries nvidia-smi next to the agent; containers given GPUs mount it from the
+    // host (the compute-domain plugin gives none).
+    let gives_gpus = enabled("FAKEGPU_DEVICE_PLUGIN") || enabled("FAKEGPU_DRA");
+    if let Some(shipped) = container::shipped_nvidia_smi().filter(|_| gives_gpus) {
         match container.install_nvidia_smi(&shipped) {
             Ok(installed) => {
                 info!(path = %container.nvidia_smi.display(), installed, "nvidia-smi in place")
@@ -110,13 +113,15 @@ async fn run() -> anyhow::Result<()> {
         .into(),
         plugins_dir: env_or("FAKEGPU_PLUGINS_DIR", "/var/lib/kubelet/plugins").into(),
         cdi_dir: env_or("FAKEGPU_CDI_DIR", "/var/run/cdi").into(),
-        container,
     };
     let (serve_device_plugin, serve_dra) =
         (enabled("FAKEGPU_DEVICE_PLUGIN"), enabled("FAKEGPU_DRA"));
+    // Off unless asked: IMEX channels exist on NVLink systems only.
+    let serve_channels = env_or("FAKEGPU_COMPUTE_DOMAINS", "false") == "true";
     let serving = [
         (serve_device_plugin, metrics::DEVICE_PLUGIN),
         (serve_dra, metrics::DRA),
+        (serve_channels, metrics::COMPUTE_DOMAIN),
     ];
     let metrics = metrics::Metrics::new(serving.iter().filter(|s| s.0).map(|s| s.1).collect())?;
     let http_addr = env_or(OPERATOR_HTTP_ADDR_ENV, DEFAULT_OPERATOR_HTTP_ADDR);
@@ -127,12 +132,19 @@ async fn run() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, http = %http_addr, "node agent starting");
+    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, compute_domains = serve_channels, http = %http_addr, "node agent starting");
     let (sender, topology) = watch::channel(None);
     let follow =
         topology_source::follow(client.clone(), &namespace, &node, sender, metrics.clone());
     let shutdown = shutdown_signal().boxed().shared();
-    let plugins = futures::future::try_join(
+    let gpus = Arc::new(dra::gpu::GpuDevices {
+        topology: topology.clone(),
+        container,
+    });
+    let channels = Arc::new(dra::channels::ChannelDevices {
+        topology: topology.clone(),
+    });
+    let plugins = futures::future::try_join3(
         maybe(
             serve_device_plugin,
             device_plugin::run(
@@ -145,7 +157,28 @@ async fn run() -> anyhow::Result<()> {
         ),
         maybe(
             serve_dra,
-            dra::run(dra, client, topology, metrics, shutdown.clone()),
+            dra::run(
+                dra.clone(),
+                gpus,
+                metrics::DRA,
+                client.clone(),
+                topology.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ),
+            shutdown.clone(),
+        ),
+        maybe(
+            serve_channels,
+            dra::run(
+                dra,
+                channels,
+                metrics::COMPUTE_DOMAIN,
+                client,
+                topology,
+                metrics,
+                shutdown.clone(),
+            ),
             shutdown.clone(),
         ),
     );

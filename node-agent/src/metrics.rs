@@ -16,6 +16,8 @@ use prometheus::{
 /// The plugins, as the `plugin` label names them.
 pub const DEVICE_PLUGIN: &str = "device-plugin";
 pub const DRA: &str = "dra";
+/// The compute-domain DRA plugin (driver `compute-domain.nvidia.com`).
+pub const COMPUTE_DOMAIN: &str = "compute-domain";
 
 #[derive(Clone, Debug)]
 pub struct Metrics {

@@ -1,39 +1,42 @@
 //! CDI specs (Container Device Interface) for prepared claims: what the container runtime adds
-//! to a container that was given a claim's GPUs. NVIDIA's DRA driver writes one transient spec
-//! per claim under `/var/run/cdi`, kind `k8s.gpu.nvidia.com/claim`, devices
-//! `<claimUID>-<device>`; fakegpu does the same, with environment variables only (there are no
-//! device nodes to inject), plus one `common` device with what every GPU container gets.
+//! to a container that was given a claim's devices. NVIDIA's DRA drivers write one transient
+//! spec per claim under `/var/run/cdi`, devices `<claimUID>-<device>`: kind
+//! `k8s.gpu.nvidia.com/claim` for GPUs (environment variables only here, there are no device
+//! nodes to inject; plus one `common` device with what every GPU container gets), kind
+//! `k8s.compute-domain.nvidia.com/claim` for IMEX channels (character devices).
 
 use std::{
     io::{self, Write},
     path::{Path, PathBuf},
 };
 
-use fakegpu_api::names::container_env;
+use fakegpu_api::names::{compute_domain, container_env};
 use serde_json::{Value, json};
 
 use super::checkpoint::PreparedDevice;
 
-/// CDI vendor/class of fakegpu's GPU claims, as NVIDIA's driver names it.
-pub const KIND: &str = "k8s.gpu.nvidia.com/claim";
+/// CDI vendor/class of GPU claims, as NVIDIA's driver names it.
+pub const GPU_KIND: &str = "k8s.gpu.nvidia.com/claim";
+/// CDI vendor/class of IMEX channel claims (`k8s.` + the compute-domain driver's name).
+pub const CHANNEL_KIND: &str = "k8s.compute-domain.nvidia.com/claim";
 /// The CDI spec version written; 0.6.0 is understood by containerd 1.7+ and CRI-O 1.28+.
 pub const CDI_VERSION: &str = "0.6.0";
 /// The device every prepared GPU container also gets.
 pub const COMMON_DEVICE: &str = "common";
 
 /// File name prefix: the kind with `/` as `-`, as CDI's own tools name transient specs.
-fn file_prefix() -> String {
-    KIND.replace('/', "-")
+fn file_prefix(kind: &str) -> String {
+    kind.replace('/', "-")
 }
 
-/// Where the spec of claim `uid` lives in `dir`.
-pub fn claim_spec_path(dir: &Path, uid: &str) -> PathBuf {
-    dir.join(format!("{}_{uid}.json", file_prefix()))
+/// Where the `kind` spec of claim `uid` lives in `dir`.
+pub fn claim_spec_path(dir: &Path, kind: &str, uid: &str) -> PathBuf {
+    dir.join(format!("{}_{uid}.json", file_prefix(kind)))
 }
 
-/// Where the common spec lives in `dir`.
-pub fn common_spec_path(dir: &Path) -> PathBuf {
-    dir.join(format!("{}_{COMMON_DEVICE}.json", file_prefix()))
+/// Where the `kind` spec of device `name` shared by all claims lives in `dir`.
+pub fn common_spec_path(dir: &Path, kind: &str, name: &str) -> PathBuf {
+    dir.join(format!("{}_{name}.json", file_prefix(kind)))
 }
 
 /// The CDI device name of a claim's device.
@@ -43,8 +46,8 @@ pub fn claim_device_name(uid: &str, device: &str) -> String {
 
 /// A fully qualified CDI device ID (`k8s.gpu.nvidia.com/claim=<name>`), as the kubelet
 /// passes it to the runtime.
-pub fn qualified(name: &str) -> String {
-    format!("{KIND}={name}")
+pub fn qualified(kind: &str, name: &str) -> String {
+    format!("{kind}={name}")
 }
 
 /// `GPU_DEVICE_<device with - as _>`: the variable naming one device, as the reference sets it.
@@ -52,14 +55,14 @@ fn device_variable(device: &str) -> String {
     format!("GPU_DEVICE_{}", device.replace('-', "_"))
 }
 
-/// The spec of claim `uid`. Every device names itself in the environment; the claim's GPUs
+/// The spec of GPU claim `uid`. Every device names itself in the environment; the claim's GPUs
 /// together are `NVIDIA_VISIBLE_DEVICES` (spec-wide edits apply whenever one of the spec's
 /// devices is injected).
-pub fn claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
+pub fn gpu_claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
     let visible: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
     json!({
         "cdiVersion": CDI_VERSION,
-        "kind": KIND,
+        "kind": GPU_KIND,
         "containerEdits": {"env": [
             format!("{}={}", container_env::VISIBLE_DEVICES, visible.join(",")),
         ]},
@@ -84,7 +87,7 @@ pub fn common_spec(env: &[(&str, String)], nvidia_smi: Option<&str>) -> Value {
         .collect();
     json!({
         "cdiVersion": CDI_VERSION,
-        "kind": KIND,
+        "kind": GPU_KIND,
         "devices": [{
             "name": COMMON_DEVICE,
             "containerEdits": {
@@ -92,6 +95,33 @@ pub fn common_spec(env: &[(&str, String)], nvidia_smi: Option<&str>) -> Value {
                 "mounts": mounts,
             },
         }],
+    })
+}
+
+/// The spec of channel claim `uid`: each device's IMEX channels as character devices under
+/// `/dev/nvidia-caps-imex-channels` (simulated by the host's `/dev/null`, 1:3), and the claim
+/// named in the environment, as the reference's plugin does.
+pub fn channel_claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
+    json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": CHANNEL_KIND,
+        "devices": devices.iter().map(|d| json!({
+            "name": claim_device_name(uid, &d.device),
+            "containerEdits": {
+                "env": [format!(
+                    "COMPUTE_DOMAIN_DEVICE_{}_RESOURCE_CLAIM={uid}",
+                    d.device.replace('-', "_")
+                )],
+                "deviceNodes": d.channels().map(|id| json!({
+                    "path": format!("{}/channel{id}", compute_domain::IMEX_CHANNEL_DIR),
+                    "hostPath": "/dev/null",
+                    "type": "c",
+                    "major": 1,
+                    "minor": 3,
+                    "permissions": "rw",
+                })).collect::<Vec<_>>(),
+            },
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -120,9 +150,10 @@ mod tests {
             pool: "n".into(),
             device: format!("gpu-{i}"),
             uuid: format!("GPU-{i}"),
+            channel: None,
         });
-        let spec = claim_spec("u1", &devices);
-        assert_eq!(spec["kind"], KIND);
+        let spec = gpu_claim_spec("u1", &devices);
+        assert_eq!(spec["kind"], GPU_KIND);
         assert_eq!(
             spec["containerEdits"]["env"][0],
             "NVIDIA_VISIBLE_DEVICES=GPU-0,GPU-3"
@@ -132,9 +163,12 @@ mod tests {
             spec["devices"][1]["containerEdits"]["env"][0],
             "GPU_DEVICE_gpu_3=gpu-3"
         );
-        assert_eq!(qualified("u1-gpu-3"), "k8s.gpu.nvidia.com/claim=u1-gpu-3");
         assert_eq!(
-            claim_spec_path(Path::new("/var/run/cdi"), "u1"),
+            qualified(GPU_KIND, "u1-gpu-3"),
+            "k8s.gpu.nvidia.com/claim=u1-gpu-3"
+        );
+        assert_eq!(
+            claim_spec_path(Path::new("/var/run/cdi"), GPU_KIND, "u1"),
             Path::new("/var/run/cdi/k8s.gpu.nvidia.com-claim_u1.json")
         );
     }

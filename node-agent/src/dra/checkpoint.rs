@@ -23,8 +23,40 @@ pub struct PreparedDevice {
     pub pool: String,
     /// Device name in the slice (`gpu-<index>`, or a MIG device's name).
     pub device: String,
-    /// The GPU's or MIG instance's UUID.
+    /// The GPU's or MIG instance's UUID; empty for a channel.
+    #[serde(default)]
     pub uuid: String,
+    /// For an IMEX channel: its domain and allocation mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelGrant>,
+}
+
+/// What a compute-domain claim's channel device grants.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelGrant {
+    /// The ComputeDomain's UID, from the claim's opaque configuration.
+    pub domain_id: String,
+    /// `allocationMode: All`: every channel of the node, not just the device's.
+    pub all: bool,
+}
+
+impl PreparedDevice {
+    /// The IMEX channel ids the device injects: its own (`channel-<id>`), or all of them.
+    pub fn channels(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match &self.channel {
+            Some(grant) if grant.all => {
+                Box::new(0..fakegpu_api::names::compute_domain::IMEX_CHANNELS)
+            }
+            Some(_) => Box::new(
+                self.device
+                    .strip_prefix("channel-")
+                    .and_then(|id| id.parse().ok())
+                    .into_iter(),
+            ),
+            None => Box::new(std::iter::empty()),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -115,6 +147,7 @@ mod tests {
                     pool: "n".into(),
                     device: "gpu-0".into(),
                     uuid: "GPU-0".into(),
+                    channel: None,
                 }],
             },
         );

@@ -1,11 +1,11 @@
-//! The DRA kubelet plugin service (`DRAPlugin`, versions v1 and v1beta1) for driver
-//! `gpu.nvidia.com`: prepares a claim's GPUs for its pod's containers (a CDI spec, recorded in
-//! the checkpoint) and unprepares them. Both calls are idempotent, as the kubelet retries them.
+//! The DRA kubelet plugin service (`DRAPlugin`, versions v1 and v1beta1) of one driver (see
+//! [`super::devices`]): prepares a claim's devices for its pod's containers (a CDI spec,
+//! recorded in the checkpoint) and unprepares them. Both calls are idempotent, as the kubelet
+//! retries them.
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
-use fakegpu_api::{dra::device_uuid, names::resource::GPU_DRIVER, topology::NodeTopology};
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
@@ -14,11 +14,11 @@ use tracing::{info, warn};
 use super::{
     cdi,
     checkpoint::{Checkpoint, PreparedClaim, PreparedDevice},
+    devices::Devices,
 };
 use crate::{
     metrics::Metrics,
     proto::dra::{v1, v1beta1},
-    topology_source::Topology,
 };
 
 /// Where the driver keeps its files.
@@ -28,10 +28,10 @@ pub struct Paths {
     pub checkpoint: PathBuf,
 }
 
-pub struct GpuDriver {
+pub struct Driver {
     pub node: String,
     pub client: Client,
-    pub topology: Topology,
+    pub devices: Arc<dyn Devices>,
     pub paths: Paths,
     /// The prepared claims; the lock also serialises prepares, so the file and the specs
     /// always agree.
@@ -39,22 +39,24 @@ pub struct GpuDriver {
     pub metrics: Metrics,
 }
 
-impl std::fmt::Debug for GpuDriver {
+impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuDriver")
+        f.debug_struct("Driver")
             .field("node", &self.node)
+            .field("driver", &self.devices.driver())
             .field("paths", &self.paths)
             .finish_non_exhaustive()
     }
 }
 
-/// The devices of `claim` this node prepares, or why it cannot.
-pub fn plan(
-    claim: &ResourceClaim,
+/// The allocation results of `claim` for `driver`, once the claim is the one the kubelet means
+/// (UID `uid`) and allocated; each must be on `node`.
+pub fn node_results<'a>(
+    claim: &'a ResourceClaim,
     uid: &str,
+    driver: &str,
     node: &str,
-    topology: Option<&NodeTopology>,
-) -> Result<PreparedClaim, String> {
+) -> Result<Vec<&'a DeviceRequestAllocationResult>, String> {
     if claim.uid().as_deref() != Some(uid) {
         return Err(format!(
             "claim {}/{} has UID {:?}, not {uid}: it was deleted and created again",
@@ -68,63 +70,61 @@ pub fn plan(
         .as_ref()
         .and_then(|s| s.allocation.as_ref())
         .ok_or("claim not yet allocated")?;
-    let results = allocation
+    let results: Vec<_> = allocation
         .devices
         .as_ref()
         .and_then(|d| d.results.as_deref())
-        .unwrap_or_default();
-    let devices = results
+        .unwrap_or_default()
         .iter()
-        .filter(|r| r.driver == GPU_DRIVER)
-        .map(|result| {
-            if result.pool != node {
-                return Err(format!(
-                    "device {}/{} is in pool {}, not on node {node}",
-                    result.pool, result.device, result.pool
-                ));
-            }
-            let uuid = topology
-                .and_then(|t| device_uuid(t, &result.device))
-                .ok_or_else(|| {
-                    format!(
-                        "requested GPU {} is not allocatable on {node}",
-                        result.device
-                    )
-                })?;
-            Ok(PreparedDevice {
-                request: result.request.clone(),
-                pool: result.pool.clone(),
-                device: result.device.clone(),
-                uuid: uuid.to_owned(),
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(PreparedClaim {
+        .filter(|r| r.driver == driver)
+        .collect();
+    if let Some(elsewhere) = results.iter().find(|r| r.pool != node) {
+        return Err(format!(
+            "device {}/{} is in pool {}, not on node {node}",
+            elsewhere.pool, elsewhere.device, elsewhere.pool
+        ));
+    }
+    Ok(results)
+}
+
+/// `devices` as the prepared claim `claim`.
+pub fn prepared_claim(claim: &ResourceClaim, devices: Vec<PreparedDevice>) -> PreparedClaim {
+    PreparedClaim {
         namespace: claim.namespace().unwrap_or_default(),
         name: claim.name_any(),
         devices,
-    })
+    }
 }
 
-/// What the kubelet is told about a prepared claim's devices.
-pub fn response_devices(uid: &str, claim: &PreparedClaim) -> Vec<v1::Device> {
-    claim
-        .devices
-        .iter()
-        .map(|d| v1::Device {
-            request_names: vec![d.request.clone()],
-            pool_name: d.pool.clone(),
-            device_name: d.device.clone(),
-            cdi_device_ids: vec![
-                cdi::qualified(cdi::COMMON_DEVICE),
-                cdi::qualified(&cdi::claim_device_name(uid, &d.device)),
-            ],
-            share_id: None,
-        })
-        .collect()
-}
+impl Driver {
+    /// What the kubelet is told about a prepared claim's devices: each device's CDI ID, after
+    /// the common device's when the driver has one.
+    pub fn response_devices(&self, uid: &str, claim: &PreparedClaim) -> Vec<v1::Device> {
+        let kind = self.devices.cdi_kind();
+        let common = self
+            .devices
+            .common()
+            .map(|(name, _)| cdi::qualified(kind, name));
+        claim
+            .devices
+            .iter()
+            .map(|d| v1::Device {
+                request_names: vec![d.request.clone()],
+                pool_name: d.pool.clone(),
+                device_name: d.device.clone(),
+                cdi_device_ids: common
+                    .iter()
+                    .cloned()
+                    .chain([cdi::qualified(
+                        kind,
+                        &cdi::claim_device_name(uid, &d.device),
+                    )])
+                    .collect(),
+                share_id: None,
+            })
+            .collect()
+    }
 
-impl GpuDriver {
     /// Prepares every claim; one claim's failure is its own error, not the others'.
     pub async fn prepare(
         &self,
@@ -163,7 +163,7 @@ impl GpuDriver {
             return Err("claim without namespace, name or UID".into());
         }
         if let Some(done) = prepared.claims.get(&claim.uid) {
-            return Ok(response_devices(&claim.uid, done));
+            return Ok(self.response_devices(&claim.uid, done));
         }
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
         let object = api
@@ -171,10 +171,9 @@ impl GpuDriver {
             .await
             .map_err(|error| format!("reading claim {}/{}: {error}", claim.namespace, claim.name))?
             .ok_or_else(|| format!("claim {}/{} not found", claim.namespace, claim.name))?;
-        let topology = self.topology.borrow().clone();
-        let plan = plan(&object, &claim.uid, &self.node, topology.as_deref())?;
-        let spec = cdi::claim_spec(&claim.uid, &plan.devices);
-        let path = cdi::claim_spec_path(&self.paths.cdi_dir, &claim.uid);
+        let plan = self.devices.plan(&object, &claim.uid, &self.node)?;
+        let spec = self.devices.claim_spec(&claim.uid, &plan);
+        let path = cdi::claim_spec_path(&self.paths.cdi_dir, self.devices.cdi_kind(), &claim.uid);
         let bytes = serde_json::to_vec_pretty(&spec).map_err(|e| e.to_string())?;
         cdi::write_atomic(&path, &bytes)
             .map_err(|error| format!("writing CDI spec {}: {error}", path.display()))?;
@@ -185,7 +184,7 @@ impl GpuDriver {
             return Err(format!("writing the checkpoint: {error}"));
         }
         info!(node = %self.node, claim = %format!("{}/{}", claim.namespace, claim.name), uid = %claim.uid, devices = plan.devices.len(), "prepared claim");
-        Ok(response_devices(&claim.uid, &plan))
+        Ok(self.response_devices(&claim.uid, &plan))
     }
 
     /// Unprepares every claim; a claim this node never prepared is already unprepared.
@@ -206,7 +205,7 @@ impl GpuDriver {
     }
 
     fn unprepare_one(&self, prepared: &mut Checkpoint, claim: &v1::Claim) -> Result<(), String> {
-        let path = cdi::claim_spec_path(&self.paths.cdi_dir, &claim.uid);
+        let path = cdi::claim_spec_path(&self.paths.cdi_dir, self.devices.cdi_kind(), &claim.uid);
         crate::remove_if_present(&path)
             .map_err(|error| format!("removing {}: {error}", path.display()))?;
         if prepared.claims.remove(&claim.uid).is_some() {
@@ -221,7 +220,7 @@ impl GpuDriver {
 
 /// The service, as the kubelet's v1 client sees it.
 #[derive(Debug, Clone)]
-pub struct V1(pub Arc<GpuDriver>);
+pub struct V1(pub Arc<Driver>);
 
 #[tonic::async_trait]
 impl v1::dra_plugin_server::DraPlugin for V1 {
@@ -244,7 +243,7 @@ impl v1::dra_plugin_server::DraPlugin for V1 {
 
 /// The same service for kubelets that speak v1beta1 (the messages differ only in `share_id`).
 #[derive(Debug, Clone)]
-pub struct V1beta1(pub Arc<GpuDriver>);
+pub struct V1beta1(pub Arc<Driver>);
 
 fn to_v1(claims: Vec<v1beta1::Claim>) -> Vec<v1::Claim> {
     claims
@@ -312,103 +311,5 @@ impl v1beta1::dra_plugin_server::DraPlugin for V1beta1 {
         Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse {
             claims,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use fakegpu_api::topology::GpuTopology;
-    use serde_json::json;
-
-    use super::*;
-
-    fn claim(results: serde_json::Value) -> ResourceClaim {
-        serde_json::from_value(json!({
-            "metadata": {"name": "c", "namespace": "ns", "uid": "u1"},
-            "spec": {},
-            "status": {"allocation": {"devices": {"results": results}}},
-        }))
-        .expect("test claim")
-    }
-
-    fn topology() -> NodeTopology {
-        NodeTopology {
-            gpus: (0..2)
-                .map(|index| GpuTopology {
-                    id: format!("GPU-{index}"),
-                    index,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    fn result(pool: &str, device: &str) -> serde_json::Value {
-        json!({"driver": "gpu.nvidia.com", "pool": pool, "device": device, "request": "gpu"})
-    }
-
-    #[test]
-    fn plans_the_node_s_gpus_of_the_claim() {
-        let other =
-            json!({"driver": "other.example.com", "pool": "x", "device": "d", "request": "r"});
-        let plan = plan(
-            &claim(json!([result("n", "gpu-1"), other])),
-            "u1",
-            "n",
-            Some(&topology()),
-        )
-        .expect("plans");
-        assert_eq!(plan.devices.len(), 1);
-        assert_eq!(plan.devices[0].uuid, "GPU-1");
-        let devices = response_devices("u1", &plan);
-        assert_eq!(
-            devices[0].cdi_device_ids,
-            [
-                "k8s.gpu.nvidia.com/claim=common",
-                "k8s.gpu.nvidia.com/claim=u1-gpu-1"
-            ]
-        );
-    }
-
-    #[test]
-    fn plans_mig_devices_by_their_instance_uuid() {
-        let mut t = topology();
-        t.gpus[0].mig_devices = vec![fakegpu_api::topology::MigDevice {
-            uuid: "MIG-x".into(),
-            profile: "3g.40gb".into(),
-            gi_profile_id: 9,
-            placement_start: 4,
-            ..Default::default()
-        }];
-        let plan = plan(
-            &claim(json!([result("n", "gpu-0-mig-3g40gb-9-4")])),
-            "u1",
-            "n",
-            Some(&t),
-        )
-        .expect("plans");
-        assert_eq!(plan.devices[0].uuid, "MIG-x");
-        // The partitioned GPU itself is no longer a device of the node.
-        let whole = plan_error(&claim(json!([result("n", "gpu-0")])), &t);
-        assert!(whole.contains("not allocatable"), "{whole}");
-    }
-
-    fn plan_error(claim: &ResourceClaim, t: &NodeTopology) -> String {
-        plan(claim, "u1", "n", Some(t)).expect_err("refused")
-    }
-
-    #[test]
-    fn refuses_what_it_cannot_prepare() {
-        let t = topology();
-        let error = |claim: ResourceClaim, uid: &str| {
-            plan(&claim, uid, "n", Some(&t)).expect_err("refused")
-        };
-        assert!(error(claim(json!([result("n", "gpu-0")])), "u2").contains("created again"));
-        assert!(error(claim(json!([result("m", "gpu-0")])), "u1").contains("not on node n"));
-        assert!(error(claim(json!([result("n", "gpu-7")])), "u1").contains("not allocatable"));
-        let mut unallocated = claim(json!([]));
-        unallocated.status = None;
-        assert_eq!(error(unallocated, "u1"), "claim not yet allocated");
     }
 }

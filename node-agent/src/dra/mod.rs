@@ -1,25 +1,27 @@
-//! The DRA kubelet plugin for driver `gpu.nvidia.com`, laid out as NVIDIA's plugin is: the
-//! registration socket `<registry>/gpu.nvidia.com-reg.sock` ([`registration`]), the service
-//! socket `<plugins>/gpu.nvidia.com/dra.sock` ([`driver`]), CDI specs in the CDI directory
-//! ([`cdi`]), prepared claims in `<plugins>/gpu.nvidia.com/checkpoint.json` ([`checkpoint`]),
-//! and the node's ResourceSlice ([`slice`]).
+//! The DRA kubelet plugins, one per driver ([`devices`]): `gpu.nvidia.com` ([`gpu`]) and
+//! `compute-domain.nvidia.com` ([`channels`]), each laid out as NVIDIA's plugin is: the
+//! registration socket `<registry>/<driver>-reg.sock` ([`registration`]), the service socket
+//! `<plugins>/<driver>/dra.sock` ([`driver`]), CDI specs in the CDI directory ([`cdi`]),
+//! prepared claims in `<plugins>/<driver>/checkpoint.json` ([`checkpoint`]), and the node's
+//! ResourceSlice ([`slice`]).
 
 pub mod cdi;
+pub mod channels;
 pub mod checkpoint;
+pub mod devices;
 pub mod driver;
+pub mod gpu;
 pub mod registration;
 pub mod slice;
 
 use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context;
-use fakegpu_api::names::resource::GPU_DRIVER;
 use kube::Client;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::{
-    container::ContainerEdits,
     lenient_grpc,
     metrics::Metrics,
     proto::dra::{v1, v1beta1},
@@ -27,7 +29,7 @@ use crate::{
     uds,
 };
 
-/// Where the plugin's files go.
+/// Where the plugins' files go.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub node: String,
@@ -37,39 +39,42 @@ pub struct Settings {
     pub plugins_dir: PathBuf,
     /// Where CDI specs go (`/var/run/cdi`).
     pub cdi_dir: PathBuf,
-    pub container: ContainerEdits,
 }
 
 impl Settings {
-    fn data_dir(&self) -> PathBuf {
-        self.plugins_dir.join(GPU_DRIVER)
+    fn data_dir(&self, driver: &str) -> PathBuf {
+        self.plugins_dir.join(driver)
     }
 
-    pub fn service_socket(&self) -> PathBuf {
-        self.data_dir().join("dra.sock")
+    pub fn service_socket(&self, driver: &str) -> PathBuf {
+        self.data_dir(driver).join("dra.sock")
     }
 
-    pub fn registration_socket(&self) -> PathBuf {
-        self.registry_dir.join(format!("{GPU_DRIVER}-reg.sock"))
+    pub fn registration_socket(&self, driver: &str) -> PathBuf {
+        self.registry_dir.join(format!("{driver}-reg.sock"))
     }
 
-    pub fn checkpoint(&self) -> PathBuf {
-        self.data_dir().join("checkpoint.json")
+    pub fn checkpoint(&self, driver: &str) -> PathBuf {
+        self.data_dir(driver).join("checkpoint.json")
     }
 }
 
-/// Serves the plugin and publishes the slice until `shutdown`; then removes the sockets (the
-/// checkpoint and the specs of prepared claims stay: their pods still run).
+/// Serves the plugin of `devices` and publishes its slice until `shutdown`; then removes the
+/// sockets (the checkpoint and the specs of prepared claims stay: their pods still run).
+/// `metric` is the plugin's label in the agent's metrics.
 pub async fn run(
     settings: Settings,
+    devices: Arc<dyn devices::Devices>,
+    metric: &'static str,
     client: Client,
     topology: Topology,
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let driver_name = devices.driver();
     let mut ready = topology.clone();
     ready.wait_for(Option::is_some).await?;
-    let checkpoint = match checkpoint::Checkpoint::load(&settings.checkpoint()) {
+    let checkpoint = match checkpoint::Checkpoint::load(&settings.checkpoint(driver_name)) {
         Ok(checkpoint) => checkpoint,
         // Claims prepared before are prepared again from the API when the kubelet asks, and
         // unprepared by UID either way; a bad file must not keep the plugin down.
@@ -78,26 +83,27 @@ pub async fn run(
             checkpoint::Checkpoint::default()
         }
     };
-    info!(node = %settings.node, prepared = checkpoint.claims.len(), "DRA plugin starting");
+    info!(node = %settings.node, driver = driver_name, prepared = checkpoint.claims.len(), "DRA plugin starting");
     metrics.prepared_claims(checkpoint.claims.len());
-    let edits = &settings.container;
-    let common = serde_json::to_vec_pretty(&cdi::common_spec(&edits.env(), edits.nvidia_smi()))?;
-    cdi::write_atomic(&cdi::common_spec_path(&settings.cdi_dir), &common)
-        .context("writing the common CDI spec")?;
+    if let Some((name, spec)) = devices.common() {
+        let path = cdi::common_spec_path(&settings.cdi_dir, devices.cdi_kind(), name);
+        cdi::write_atomic(&path, &serde_json::to_vec_pretty(&spec)?)
+            .context("writing the common CDI spec")?;
+    }
 
-    let driver = Arc::new(driver::GpuDriver {
+    let driver = Arc::new(driver::Driver {
         node: settings.node.clone(),
         client: client.clone(),
-        topology: topology.clone(),
+        devices: devices.clone(),
         paths: driver::Paths {
             cdi_dir: settings.cdi_dir.clone(),
-            checkpoint: settings.checkpoint(),
+            checkpoint: settings.checkpoint(driver_name),
         },
         prepared: tokio::sync::Mutex::new(checkpoint),
         metrics: metrics.clone(),
     });
-    let service_socket = settings.service_socket();
-    let registration_socket = settings.registration_socket();
+    let service_socket = settings.service_socket(driver_name);
+    let registration_socket = settings.registration_socket(driver_name);
     let service = Server::builder()
         .add_service(v1::dra_plugin_server::DraPluginServer::new(driver::V1(
             driver.clone(),
@@ -110,15 +116,16 @@ pub async fn run(
         )?));
     // The service listens before the kubelet learns where it is.
     let registrar = registration::Registrar {
-        driver: GPU_DRIVER.to_owned(),
+        driver: driver_name.to_owned(),
         endpoint: service_socket.to_string_lossy().into_owned(),
+        metric,
         metrics,
     };
     let registration = lenient_grpc::serve(
         uds::bind(&registration_socket)?,
         registration::handler(Arc::new(registrar)),
     );
-    let publish = slice::publish(client, settings.node.clone(), topology);
+    let publish = slice::publish(client, settings.node.clone(), topology, devices);
     let result = tokio::select! {
         result = service => result.context("the DRA service stopped"),
         result = registration => result.context("the registration service stopped"),
@@ -127,6 +134,6 @@ pub async fn run(
     };
     uds::remove_socket(&registration_socket);
     uds::remove_socket(&service_socket);
-    info!(node = %settings.node, "DRA plugin stopped");
+    info!(node = %settings.node, driver = driver_name, "DRA plugin stopped");
     result
 }

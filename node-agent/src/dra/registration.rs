@@ -27,6 +27,8 @@ pub struct Registrar {
     pub driver: String,
     /// Absolute path of the DRA service socket.
     pub endpoint: String,
+    /// The plugin's label in the agent's metrics.
+    pub metric: &'static str,
     pub metrics: Metrics,
 }
 
@@ -42,7 +44,7 @@ impl Registrar {
 
     pub fn notify(&self, status: &RegistrationStatus) {
         self.metrics
-            .registered(crate::metrics::DRA, status.plugin_registered);
+            .registered(self.metric, status.plugin_registered);
         if status.plugin_registered {
             info!(driver = %self.driver, "the kubelet registered the DRA plugin");
         } else {

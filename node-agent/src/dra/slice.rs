@@ -1,12 +1,12 @@
-//! The node's ResourceSlice for driver `gpu.nvidia.com`, published by the agent for its node
-//! (the operator does it for KWOK nodes; both build it with `fakegpu_api::dra`). The kubelet
-//! deletes a driver's slices when it starts and when the driver is gone too long, so the
-//! publisher watches its slice and puts it back, as well as following the topology.
+//! The node's ResourceSlice of a driver (see [`super::devices`]), published by the agent for its
+//! node (the operator does it for KWOK nodes; both build it with `fakegpu_api::dra`). The
+//! kubelet deletes a driver's slices when it starts and when the driver is gone too long, so
+//! the publisher watches its slice and puts it back, as well as following the topology.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use fakegpu_api::{
-    dra::{gpu_slice, slice_current},
+    dra::slice_current,
     names::fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
 };
 use futures::StreamExt;
@@ -18,21 +18,31 @@ use kube::{
 };
 use tracing::{info, warn};
 
+use super::devices::Devices;
 use crate::topology_source::Topology;
 
 /// Field manager of the agent's writes.
 pub const FIELD_MANAGER: &str = "fakegpu-node-agent";
 
-/// Name of the slice of a node with a kubelet.
-pub fn slice_name(node: &str) -> String {
-    format!("{node}-gpu.nvidia.com")
+/// Labels of the agent's slices: fakegpu's, and the node's pool.
+pub fn labels(pool: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (POOL_LABEL.to_owned(), pool.to_owned()),
+    ])
 }
 
-/// Keeps the node's slice equal to its topology until the watches end.
-pub async fn publish(client: Client, node_name: String, mut topology: Topology) {
+/// Keeps the node's slice of `devices` as they want it, following the topology, until the
+/// watches end.
+pub async fn publish(
+    client: Client,
+    node_name: String,
+    mut topology: Topology,
+    devices: Arc<dyn Devices>,
+) {
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client);
-    let name = slice_name(&node_name);
+    let name = devices.slice_name(&node_name);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = watcher(slices.clone(), config).default_backoff().boxed();
     let mut current: Option<ResourceSlice> = None;
@@ -44,7 +54,7 @@ pub async fn publish(client: Client, node_name: String, mut topology: Topology) 
             &name,
             &node_name,
             &mut node,
-            &topology,
+            devices.as_ref(),
             &mut current,
         )
         .await
@@ -75,13 +85,18 @@ async fn reconcile(
     name: &str,
     node_name: &str,
     node: &mut Option<Node>,
-    topology: &Topology,
+    devices: &dyn Devices,
     current: &mut Option<ResourceSlice>,
 ) -> Result<(), kube::Error> {
-    let document = topology.borrow().clone();
-    let Some(document) = document else {
+    if node.is_none() {
+        *node = Some(nodes.get(node_name).await?);
+    }
+    let Some(node) = node.as_ref() else {
+        return Ok(());
+    };
+    let Some(desired) = devices.slice(node, current.as_ref()) else {
         if current.take().is_some() {
-            info!(node = %node_name, slice = %name, "no GPUs: deleting the ResourceSlice");
+            info!(node = %node_name, slice = %name, "nothing to publish: deleting the ResourceSlice");
             match slices.delete(name, &DeleteParams::default()).await {
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 other => drop(other?),
@@ -89,21 +104,11 @@ async fn reconcile(
         }
         return Ok(());
     };
-    if node.is_none() {
-        *node = Some(nodes.get(node_name).await?);
-    }
-    let Some(node) = node.as_ref() else {
-        return Ok(());
-    };
-    let labels = BTreeMap::from([
-        (MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
-        (POOL_LABEL.to_owned(), document.pool.clone()),
-    ]);
-    let desired = gpu_slice(name, node, labels, &document, current.as_ref());
     if current.as_ref().is_some_and(|c| slice_current(c, &desired)) {
         return Ok(());
     }
-    info!(node = %node_name, slice = %name, generation = desired.spec.pool.generation, devices = document.gpus.len(), "publishing the ResourceSlice");
+    let count = desired.spec.devices.as_ref().map_or(0, Vec::len);
+    info!(node = %node_name, slice = %name, generation = desired.spec.pool.generation, devices = count, "publishing the ResourceSlice");
     let params = PatchParams::apply(FIELD_MANAGER).force();
     *current = Some(slices.patch(name, &params, &Patch::Apply(&desired)).await?);
     Ok(())

@@ -87,6 +87,9 @@ pub fn desired_labels(
         if pool.spec.interfaces.dra {
             set(label::DEPLOY_DRA_PLUGIN, yes());
         }
+        if pool.spec.interfaces.compute_domains {
+            set(label::DEPLOY_COMPUTE_DOMAIN_PLUGIN, yes());
+        }
     }
     labels
 }
@@ -282,7 +285,7 @@ mod tests {
     #[test]
     fn every_label_written_is_in_the_operator_set() {
         let labels = labels_of(
-            json!({"gpu": {"profile": "a100"}, "interfaces": {"dra": true}}),
+            json!({"gpu": {"profile": "a100"}, "interfaces": {"dra": true, "computeDomains": true}}),
             true,
         );
         for key in labels.keys() {
@@ -291,6 +294,7 @@ mod tests {
                 "{key} missing from OPERATOR_SET"
             );
         }
+        assert_eq!(labels[label::DEPLOY_COMPUTE_DOMAIN_PLUGIN], "true");
     }
 
     #[test]
