@@ -10,7 +10,7 @@ use std::{
 use anyhow::Context;
 use fakegpu_api::names::{annotation, container_env, dcgm, label, metric};
 use fakegpu_e2e::{
-    Scenario, create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod, unique_name,
+    create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod, unique_name,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::PostParams};

@@ -11,8 +11,8 @@ use fakegpu_api::{
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
-    Cleanup, Scenario, admin_client, create_kwok_node, create_kwok_pod, create_namespace,
-    create_pool, eventually, install_crds, kwok_scenario, running_pod, topology_of, unique_name,
+    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
+    eventually, install_crds, kwok_scenario, running_pod, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
-    Cleanup, Scenario, admin_client, create_kwok_pod, create_pool, eventually, install_crds,
-    kwok_scenario, running_pod, topology_of, unique_name,
+    Cleanup, admin_client, create_kwok_pod, create_pool, eventually, install_crds, kwok_scenario,
+    running_pod, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::Node,
