@@ -63,6 +63,16 @@ for _ in $(seq 1 100); do
 done
 echo "\$ curl -s $exporter_addr/metrics | grep '^DCGM_FI_DEV_GPU_UTIL' | grep -v 'pod=\"\"'"
 curl -s "http://$exporter_addr/metrics" | grep '^DCGM_FI_DEV_GPU_UTIL' | grep -v 'pod=""' || true
+
+# What `nvidia-smi` prints inside gpu-pod: the device plugin would inject these variables; KWOK
+# runs no container, so the demo runs the fake nvidia-smi on the host with them.
+cargo build --quiet -p fakegpu-node-agent --bin nvidia-smi
+gpu_pod_node=$($kubectl get pod -n demo gpu-pod -o jsonpath='{.spec.nodeName}')
+gpu_pod_gpu=$(curl -s "http://$exporter_addr/metrics" | grep '^DCGM_FI_DEV_GPU_UTIL' | grep 'pod="gpu-pod"' \
+  | sed -n 's/.*UUID="\([^"]*\)".*/\1/p' | head -n 1)
+echo; echo "\$ nvidia-smi   # in gpu-pod: NODE_NAME=$gpu_pod_node NVIDIA_VISIBLE_DEVICES=$gpu_pod_gpu"
+NODE_NAME=$gpu_pod_node NVIDIA_VISIBLE_DEVICES=$gpu_pod_gpu HOSTNAME=gpu-pod \
+  FAKEGPU_EXPORTER_URL=http://$exporter_addr target/debug/nvidia-smi || true
 echo
 echo "Use the cluster:"
 hack/cluster.sh env
