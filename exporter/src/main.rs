@@ -36,8 +36,8 @@ use fakegpu_exporter::{
     knative::{self, Knative},
     render,
 };
-use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
+use fakegpu_runtime::{env_or, exit, init_tracing};
+use tracing::{info, warn};
 
 #[derive(Debug)]
 struct Exporter {
@@ -84,10 +84,6 @@ impl Exporter {
         }
         rates.as_ref().map(|r| (r.by_uid.clone(), r.answered))
     }
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
 async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) {
@@ -163,14 +159,6 @@ async fn run() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            error!(error = format!("{err:#}"), "exporter failed");
-            ExitCode::FAILURE
-        }
-    }
+    init_tracing("info");
+    exit("exporter", run().await)
 }

@@ -9,15 +9,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/tools/record"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
-	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
-	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 )
 
 const channelDriver = "compute-domain.nvidia.com"
@@ -31,23 +27,7 @@ func TestComputeDomainPlugin(t *testing.T) {
 	defer cancel()
 	cluster := newCluster(t, ctx)
 	node := "harness-cd-" + rand.String(5)
-	n, err := cluster.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating node: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cluster.client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
-	})
-	cluster.writeTopology(t, ctx, node, []gpu{{index: 0}})
-
-	registry, plugins, cdiDir := t.TempDir(), t.TempDir(), t.TempDir()
-	dra := draplugin.NewDRAPluginManager(ctx, cluster.client, func(context.Context) (*corev1.Node, error) { return n, nil }, nil, time.Second)
-	t.Cleanup(dra.Stop)
-	manager := pluginmanager.NewPluginManager(registry, record.NewFakeRecorder(100))
-	manager.AddHandler("DRAPlugin", dra)
-	stop := make(chan struct{})
-	go manager.Run(ctx, allSourcesReady{}, stop)
-	t.Cleanup(func() { close(stop) })
+	dra, registry, plugins, cdiDir := startDRAKubelet(t, ctx, cluster, node, []gpu{{index: 0}})
 
 	agent := startAgent(t, cluster, node, map[string]string{"FAKEGPU_DEVICE_PLUGIN": "false", "FAKEGPU_DRA": "false",
 		"FAKEGPU_COMPUTE_DOMAINS": "true", "FAKEGPU_PLUGINS_REGISTRY_DIR": registry,

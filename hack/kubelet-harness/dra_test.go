@@ -38,24 +38,8 @@ func TestDRAPlugin(t *testing.T) {
 	defer cancel()
 	cluster := newCluster(t, ctx)
 	node := "harness-dra-" + rand.String(5)
-	n, err := cluster.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating node: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cluster.client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
-	})
 	gpus := []gpu{{index: 0, zone: 0}, {index: 1, zone: 0}}
-	cluster.writeTopology(t, ctx, node, gpus)
-
-	registry, plugins, cdiDir := t.TempDir(), t.TempDir(), t.TempDir()
-	dra := draplugin.NewDRAPluginManager(ctx, cluster.client, func(context.Context) (*corev1.Node, error) { return n, nil }, nil, time.Second)
-	t.Cleanup(dra.Stop)
-	manager := pluginmanager.NewPluginManager(registry, record.NewFakeRecorder(100))
-	manager.AddHandler("DRAPlugin", dra)
-	stop := make(chan struct{})
-	go manager.Run(ctx, allSourcesReady{}, stop)
-	t.Cleanup(func() { close(stop) })
+	dra, registry, plugins, cdiDir := startDRAKubelet(t, ctx, cluster, node, gpus)
 
 	env := map[string]string{"FAKEGPU_DEVICE_PLUGIN": "false", "FAKEGPU_PLUGINS_REGISTRY_DIR": registry,
 		"FAKEGPU_PLUGINS_DIR": plugins, "FAKEGPU_CDI_DIR": cdiDir}
@@ -161,6 +145,30 @@ func TestDRAPlugin(t *testing.T) {
 		_, err := plugin.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: freshRequest})
 		return err
 	})
+}
+
+// startDRAKubelet creates node with gpus in its topology document and runs the kubelet's plugin
+// manager (watching a fresh plugins_registry directory) with its DRA manager as the DRAPlugin
+// handler; it returns the DRA manager and the registry, plugins and CDI directories.
+func startDRAKubelet(t *testing.T, ctx context.Context, cluster *cluster, node string, gpus []gpu) (*draplugin.DRAPluginManager, string, string, string) {
+	t.Helper()
+	n, err := cluster.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating node: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
+	cluster.writeTopology(t, ctx, node, gpus)
+	registry, plugins, cdiDir := t.TempDir(), t.TempDir(), t.TempDir()
+	dra := draplugin.NewDRAPluginManager(ctx, cluster.client, func(context.Context) (*corev1.Node, error) { return n, nil }, nil, time.Second)
+	t.Cleanup(dra.Stop)
+	manager := pluginmanager.NewPluginManager(registry, record.NewFakeRecorder(100))
+	manager.AddHandler("DRAPlugin", dra)
+	stop := make(chan struct{})
+	go manager.Run(ctx, allSourcesReady{}, stop)
+	t.Cleanup(func() { close(stop) })
+	return dra, registry, plugins, cdiDir
 }
 
 // prepare calls NodePrepareResources through the kubelet's DRA client, waiting for the driver

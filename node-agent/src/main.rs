@@ -28,32 +28,13 @@ use fakegpu_node_agent::{
     container::{self, ContainerEdits},
     device_plugin, dra, metrics, topology_source,
 };
+use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
 use futures::{FutureExt, future::Shared};
 use tokio::sync::watch;
-use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
+use tracing::{info, warn};
 
 fn enabled(name: &str) -> bool {
     env_or(name, "true") != "false"
-}
-
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
-    }
 }
 
 /// Runs `plugin` when `on`; otherwise waits for shutdown.
@@ -191,14 +172,6 @@ async fn run() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            error!(error = format!("{err:#}"), "node agent failed");
-            ExitCode::FAILURE
-        }
-    }
+    init_tracing("info");
+    exit("node agent", run().await)
 }

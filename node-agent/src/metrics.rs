@@ -7,11 +7,9 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-use axum::{Router, extract::State, http::StatusCode, routing::get};
+use axum::Router;
 use fakegpu_api::{names::metric, topology::NodeTopology};
-use prometheus::{
-    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The plugins, as the `plugin` label names them.
 pub const DEVICE_PLUGIN: &str = "device-plugin";
@@ -112,6 +110,18 @@ impl Metrics {
         self.prepared.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
+    /// The HTTP routes.
+    pub fn router(self) -> Router {
+        fakegpu_runtime::router(self)
+    }
+}
+
+impl fakegpu_runtime::Probes for Metrics {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Ready once the node's document is known and every plugin served is registered.
     fn ready(&self) -> Result<(), String> {
         if !self.topology_known.load(Ordering::Acquire) {
             return Err("no topology document for this node yet".into());
@@ -123,39 +133,12 @@ impl Metrics {
         }
         Ok(())
     }
-
-    fn render(&self) -> Result<String, prometheus::Error> {
-        let mut buffer = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
-        String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
-    }
-
-    /// The HTTP routes.
-    pub fn router(self) -> Router {
-        Router::new()
-            .route("/metrics", get(serve_metrics))
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(serve_ready))
-            .with_state(self)
-    }
-}
-
-async fn serve_metrics(State(metrics): State<Metrics>) -> (StatusCode, String) {
-    match metrics.render() {
-        Ok(text) => (StatusCode::OK, text),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
-    }
-}
-
-async fn serve_ready(State(metrics): State<Metrics>) -> (StatusCode, String) {
-    match metrics.ready() {
-        Ok(()) => (StatusCode::OK, "ok".into()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use fakegpu_runtime::Probes;
+
     use super::*;
 
     #[test]
@@ -168,7 +151,7 @@ mod tests {
         metrics.registered(DRA, true);
         assert!(metrics.ready().is_ok());
         metrics.call("Allocate", false);
-        let text = metrics.render().expect("renders");
+        let (_, text) = fakegpu_runtime::metrics_response(&metrics.registry);
         assert!(
             text.contains(r#"fakegpu_node_agent_calls_total{method="Allocate",outcome="error"} 1"#),
             "{text}"

@@ -5,7 +5,7 @@
 //! `RUST_LOG` (tracing filter), and the usual in-cluster or `KUBECONFIG` credentials.
 
 use anyhow::Context as _;
-use std::time::Duration;
+use std::{process::ExitCode, time::Duration};
 
 use fakegpu_api::names::fakegpu::{
     DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, IDENTITY_ENV, LEADER_ELECTION_ENV, LEADER_LEASE,
@@ -16,19 +16,17 @@ use fakegpu_operator::{
     leader::{LeaderElector, LeaseSettings},
     metrics::Metrics,
 };
-use tracing_subscriber::EnvFilter;
+use fakegpu_runtime::{env_or, exit, init_tracing};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn")),
-        )
-        .init();
-    let namespace = std::env::var(NAMESPACE_ENV).unwrap_or_else(|_| DEFAULT_NAMESPACE.to_owned());
-    let address = std::env::var(OPERATOR_HTTP_ADDR_ENV)
-        .unwrap_or_else(|_| DEFAULT_OPERATOR_HTTP_ADDR.to_owned());
+async fn main() -> ExitCode {
+    init_tracing("info,kube=warn");
+    exit("operator", run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
+    let namespace = env_or(NAMESPACE_ENV, DEFAULT_NAMESPACE);
+    let address = env_or(OPERATOR_HTTP_ADDR_ENV, DEFAULT_OPERATOR_HTTP_ADDR);
 
     let metrics = Metrics::new()?;
     let listener = tokio::net::TcpListener::bind(&address)

@@ -11,11 +11,9 @@ use std::{
     time::Instant,
 };
 
-use axum::{Router, extract::State, http::StatusCode, routing::get};
+use axum::Router;
 use fakegpu_api::names::metric;
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::{Error, Result};
 
@@ -104,37 +102,23 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
-    fn render(&self) -> Result<String, prometheus::Error> {
-        let mut buffer = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
-        String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
-    }
-
     /// The HTTP routes.
     pub fn router(self) -> Router {
-        Router::new()
-            .route("/metrics", get(serve_metrics))
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(serve_ready))
-            .with_state(self)
+        fakegpu_runtime::router(self)
     }
 }
 
-async fn serve_metrics(State(metrics): State<Metrics>) -> (StatusCode, String) {
-    match metrics.render() {
-        Ok(text) => (StatusCode::OK, text),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+impl fakegpu_runtime::Probes for Metrics {
+    fn registry(&self) -> &Registry {
+        &self.registry
     }
-}
 
-async fn serve_ready(State(metrics): State<Metrics>) -> (StatusCode, &'static str) {
-    if metrics.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ok")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "starting: caches not filled yet",
-        )
+    fn ready(&self) -> Result<(), String> {
+        if self.ready.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err("starting: caches not filled yet".to_owned())
+        }
     }
 }
 
@@ -149,7 +133,7 @@ mod tests {
         assert!(ok.is_ok());
         let error = Error::Topology(fakegpu_api::topology::TopologyError::TooNew(9));
         metrics.failed("pool", &error);
-        let text = metrics.render().expect("renders");
+        let (_, text) = fakegpu_runtime::metrics_response(&metrics.registry);
         assert!(
             text.contains(r#"fakegpu_operator_reconciles_total{controller="node"} 1"#),
             "{text}"
@@ -169,7 +153,7 @@ mod tests {
         crate::apply::WRITES
             .with_label_values(&["Node", "apply"])
             .inc();
-        let text = metrics.render().expect("renders");
+        let (_, text) = fakegpu_runtime::metrics_response(&metrics.registry);
         assert!(
             text.contains(r#"fakegpu_operator_writes_total{kind="Node",verb="apply"}"#),
             "{text}"
