@@ -295,10 +295,14 @@ pub async fn run(
                 let drive = std::mem::replace(&mut watches.drive, future::pending().boxed());
                 (drive, watches.run(ctx.clone(), claims_for_domains).boxed())
             }
-            None => (
-                future::pending().boxed(),
-                future::ready(anyhow::Ok(())).boxed(),
-            ),
+            None => {
+                // Nobody reads these: dropped, the fan-out stops queueing claims for them.
+                drop(claims_for_domains);
+                (
+                    future::pending().boxed(),
+                    future::ready(anyhow::Ok(())).boxed(),
+                )
+            }
         };
         let domains = async {
             tokio::select! {
