@@ -242,6 +242,15 @@ pub fn gpu_uuid(node: &str, index: u32) -> String {
     format!("GPU-{uuid}")
 }
 
+/// A PCI bus id with the 8-digit domain nvidia-smi and dcgm-exporter print
+/// (`0000:07:00.0` -> `00000000:07:00.0`).
+pub fn long_bus_id(bus_id: &str) -> String {
+    match bus_id.split_once(':') {
+        Some((domain, rest)) => format!("{domain:0>8}:{rest}"),
+        None => bus_id.to_owned(),
+    }
+}
+
 /// PCI bus id and PCIe root of the `slot`-th GPU of NUMA zone `zone`: one PCI domain per zone,
 /// so that GPUs of a zone share a root (DRA `matchAttribute: resource.kubernetes.io/pcieRoot`
 /// then means "same NUMA zone", as on real multi-socket machines) and buses count up from 1.
@@ -264,9 +273,18 @@ impl GpuStatus {
 }
 
 impl GpuTopology {
+    /// The GPU's status and each of its MIG instances', with the UUID pods use them by.
+    pub fn statuses(&self) -> impl Iterator<Item = (&str, &GpuStatus)> {
+        let instances = self
+            .mig_devices
+            .iter()
+            .map(|m| (m.uuid.as_str(), &m.status));
+        std::iter::once((self.id.as_str(), &self.status)).chain(instances)
+    }
+
     /// Whether a pod holds or uses the GPU or one of its MIG instances.
     pub fn in_use(&self) -> bool {
-        self.status.in_use() || self.mig_devices.iter().any(|m| m.status.in_use())
+        self.statuses().any(|(_, status)| status.in_use())
     }
 }
 

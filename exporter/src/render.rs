@@ -9,7 +9,7 @@ use std::{
 use fakegpu_api::{
     names::{dcgm, metric},
     report::NodeReport,
-    topology::{GpuStatus, GpuTopology, NodeTopology},
+    topology::{GpuStatus, GpuTopology, NodeTopology, long_bus_id},
 };
 use prometheus::{
     Encoder, TextEncoder,
@@ -29,14 +29,6 @@ pub struct GpuSample {
     pub utilization: f64,
     pub fb_used: f64,
     pub fb_free: f64,
-}
-
-/// dcgm-exporter's PCI bus id has an 8-digit domain (`00000000:07:00.0`).
-fn dcgm_bus_id(bus_id: &str) -> String {
-    match bus_id.split_once(':') {
-        Some((domain, rest)) => format!("{domain:0>8}:{rest}"),
-        None => bus_id.to_owned(),
-    }
 }
 
 /// What one sample is of: a whole GPU (keyed by its UUID) or one of its MIG instances.
@@ -86,7 +78,7 @@ fn sample(
         labels: [
             gpu.index.to_string(),
             gpu.id.clone(),
-            dcgm_bus_id(&gpu.pci_bus_id),
+            long_bus_id(&gpu.pci_bus_id),
             format!("nvidia{}", gpu.index),
             document.gpu_product.clone(),
             node.to_owned(),
@@ -158,11 +150,8 @@ pub fn samples(
     let live: HashSet<(&str, &str)> = snapshot
         .values()
         .flat_map(|d| &d.gpus)
-        .flat_map(|g| {
-            let instances = g.mig_devices.iter().map(|m| (&m.status, m.uuid.as_str()));
-            std::iter::once((&g.status, g.id.as_str())).chain(instances)
-        })
-        .flat_map(|(status, key)| {
+        .flat_map(GpuTopology::statuses)
+        .flat_map(|(key, status)| {
             status
                 .pod_gpu_usage_status
                 .keys()
@@ -180,15 +169,15 @@ pub fn wants_knative(snapshot: &Snapshot) -> bool {
 
 /// Whether any pod of `document` takes its utilization from Knative.
 pub fn document_wants_knative(document: &NodeTopology) -> bool {
-    let knative = |s: &GpuStatus| {
-        s.pod_gpu_usage_status
-            .values()
-            .any(|u| u.use_knative_utilization)
-    };
     document
         .gpus
         .iter()
-        .any(|g| knative(&g.status) || g.mig_devices.iter().any(|m| knative(&m.status)))
+        .flat_map(GpuTopology::statuses)
+        .any(|(_, s)| {
+            s.pod_gpu_usage_status
+                .values()
+                .any(|u| u.use_knative_utilization)
+        })
 }
 
 /// What nvidia-smi is told about `node`: its document and the utilization its GPUs' series

@@ -5,7 +5,7 @@ use fakegpu_api::{
     names::container_env,
     profiles::profile_by_product,
     report::NodeReport,
-    topology::{GpuStatus, GpuTopology, PodGpuUsage},
+    topology::{GpuStatus, GpuTopology, PodGpuUsage, long_bus_id},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -219,13 +219,6 @@ fn share(env: &Environment) -> Option<f64> {
         .filter(|f| *f > 0.0 && *f < 1.0)
 }
 
-fn dcgm_bus_id(bus_id: &str) -> String {
-    match bus_id.split_once(':') {
-        Some((domain, rest)) => format!("{domain:0>8}:{rest}"),
-        None => bus_id.to_owned(),
-    }
-}
-
 fn process(
     env: &Environment,
     gpu: &GpuTopology,
@@ -312,7 +305,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                 index: gpu.index,
                 name: topology.gpu_product.clone(),
                 uuid: gpu.id.clone(),
-                bus_id: dcgm_bus_id(&gpu.pci_bus_id),
+                bus_id: long_bus_id(&gpu.pci_bus_id),
                 memory_total: total,
                 memory_used: used.min(total),
                 utilization: report
