@@ -44,6 +44,12 @@ pub mod attribute {
     pub const PARENT_UUID: &str = "parentUUID";
     pub const PROFILE: &str = "profile";
     pub const MULTIPROCESSORS: &str = "multiprocessors";
+    /// Capacities of a MIG device: its copy and media engines.
+    pub const COPY_ENGINES: &str = "copyEngines";
+    pub const DECODERS: &str = "decoders";
+    pub const ENCODERS: &str = "encoders";
+    pub const JPEG_ENGINES: &str = "jpegEngines";
+    pub const OFA_ENGINES: &str = "ofaEngines";
 }
 
 /// Device name of GPU `index`: `gpu-<minor>`, as NVIDIA's driver names whole GPUs.
@@ -211,18 +217,19 @@ fn mig_device(topology: &NodeTopology, gpu: &GpuTopology, mig: &MigDevice) -> De
     attributes.insert(UUID.to_owned(), string(&mig.uuid));
     attributes.insert(PARENT_UUID.to_owned(), string(&gpu.id));
     attributes.insert(PROFILE.to_owned(), string(&mig.profile));
+    let count = |n: u32| capacity(Quantity(n.to_string()));
+    let engines = &mig.engines;
     let mut capacities = BTreeMap::from([
         (MEMORY.to_owned(), capacity(memory_quantity(mig.memory))),
-        (
-            MULTIPROCESSORS.to_owned(),
-            capacity(Quantity(mig.multiprocessors.to_string())),
-        ),
+        (MULTIPROCESSORS.to_owned(), count(mig.multiprocessors)),
+        (COPY_ENGINES.to_owned(), count(engines.copy)),
+        (DECODERS.to_owned(), count(engines.decoder)),
+        (ENCODERS.to_owned(), count(engines.encoder)),
+        (JPEG_ENGINES.to_owned(), count(engines.jpeg)),
+        (OFA_ENGINES.to_owned(), count(engines.ofa)),
     ]);
     for slice in mig.placement_start..mig.placement_start + mig.memory_slices {
-        capacities.insert(
-            format!("memorySlice{slice}"),
-            capacity(Quantity("1".into())),
-        );
+        capacities.insert(format!("memorySlice{slice}"), count(1));
     }
     Device {
         name: mig_device_name(gpu.index, mig),
@@ -454,6 +461,13 @@ mod tests {
             compute_slices: 1,
             memory: 9856,
             multiprocessors: 14,
+            engines: crate::profiles::MigEngines {
+                copy: 1,
+                decoder: 1,
+                encoder: 0,
+                jpeg: 1,
+                ofa: 1,
+            },
             ..Default::default()
         }];
         let devices = gpu_devices(&topology);
@@ -470,6 +484,15 @@ mod tests {
         let capacity = mig.capacity.as_ref().expect("capacity");
         assert_eq!(capacity["memory"].value.0, "9856Mi");
         assert_eq!(capacity["multiprocessors"].value.0, "14");
+        for (name, value) in [
+            ("copyEngines", "1"),
+            ("decoders", "1"),
+            ("encoders", "0"),
+            ("jpegEngines", "1"),
+            ("ofaEngines", "1"),
+        ] {
+            assert_eq!(capacity[name].value.0, value, "{name}");
+        }
         assert!(capacity.contains_key("memorySlice6") && !capacity.contains_key("memorySlice7"));
         // The other GPU stays whole.
         assert_eq!(devices[1].name, "gpu-1");

@@ -96,9 +96,16 @@ pub mod label {
     /// GPU feature discovery, MIG strategy `single`: GPU-instance and compute-instance slices.
     pub const GPU_SLICES_GI: &str = "nvidia.com/gpu.slices.gi";
     pub const GPU_SLICES_CI: &str = "nvidia.com/gpu.slices.ci";
+    /// GPU feature discovery, MIG strategy `single`: copy and media engines of one instance.
+    pub const GPU_ENGINES_COPY: &str = "nvidia.com/gpu.engines.copy";
+    pub const GPU_ENGINES_DECODER: &str = "nvidia.com/gpu.engines.decoder";
+    pub const GPU_ENGINES_ENCODER: &str = "nvidia.com/gpu.engines.encoder";
+    pub const GPU_ENGINES_JPEG: &str = "nvidia.com/gpu.engines.jpeg";
+    pub const GPU_ENGINES_OFA: &str = "nvidia.com/gpu.engines.ofa";
     /// GPU feature discovery, MIG strategy `mixed`: prefix of the per-profile labels
     /// `nvidia.com/mig-<profile>.count`, `.memory`, `.multiprocessors`, `.slices.gi`,
-    /// `.slices.ci`; every key with it belongs to the operator.
+    /// `.slices.ci`, `.engines.copy|decoder|encoder|jpeg|ofa`; every key with it belongs to the
+    /// operator.
     pub const MIG_PROFILE_PREFIX: &str = "nvidia.com/mig-";
 
     /// Whether the operator owns node label `key` (it removes the ones a pool no longer wants).
@@ -145,6 +152,11 @@ pub mod label {
         GPU_MULTIPROCESSORS,
         GPU_SLICES_GI,
         GPU_SLICES_CI,
+        GPU_ENGINES_COPY,
+        GPU_ENGINES_DECODER,
+        GPU_ENGINES_ENCODER,
+        GPU_ENGINES_JPEG,
+        GPU_ENGINES_OFA,
     ];
 }
 

@@ -93,6 +93,9 @@ impl fmt::Display for ComputeCapability {
     }
 }
 
+/// Memory slices of a MIG-capable GPU; instances occupy aligned runs of them.
+pub const MIG_MEMORY_SLICES: u32 = 8;
+
 /// One MIG GPU-instance profile a product supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MigProfile {
@@ -110,6 +113,31 @@ pub struct MigProfile {
     pub memory_mib: u64,
     /// Streaming multiprocessors of one instance.
     pub multiprocessors: u32,
+    /// Copy and media engines of one instance (GFD's `engines.*` labels, DRA capacities).
+    pub engines: MigEngines,
+}
+
+/// The engines of one MIG instance, as NVML's GPU-instance profile info counts them. GPU
+/// feature discovery publishes them as `engines.copy/.decoder/.encoder/.jpeg/.ofa`, NVIDIA's DRA
+/// driver as the capacities `copyEngines`, `decoders`, `encoders`, `jpegEngines`, `ofaEngines`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MigEngines {
+    pub copy: u32,
+    pub decoder: u32,
+    pub encoder: u32,
+    pub jpeg: u32,
+    pub ofa: u32,
+}
+
+/// Engines in nvidia-smi's `mig -lgip` order of reading: copy, decoder, encoder, JPEG, OFA.
+const fn engines(copy: u32, decoder: u32, encoder: u32, jpeg: u32, ofa: u32) -> MigEngines {
+    MigEngines {
+        copy,
+        decoder,
+        encoder,
+        jpeg,
+        ofa,
+    }
 }
 
 /// A builtin GPU profile.
@@ -147,6 +175,9 @@ impl GpuProfile {
     }
 }
 
+/// One row of a catalog table. Positional, so each table below reads as one line per profile,
+/// like the `nvidia-smi mig -lgip` transcripts its numbers come from.
+#[allow(clippy::too_many_arguments)]
 const fn mig(
     name: &'static str,
     gi_profile_id: u32,
@@ -155,6 +186,7 @@ const fn mig(
     max_instances: u32,
     memory_mib: u64,
     multiprocessors: u32,
+    engines: MigEngines,
 ) -> MigProfile {
     MigProfile {
         name,
@@ -164,74 +196,82 @@ const fn mig(
         max_instances,
         memory_mib,
         multiprocessors,
+        engines,
     }
 }
 
 // A100 40GB: profile ids from the reference's mig-faker table; sizes as `nvidia-smi mig -lgip`.
+// Engines (A100 has no encoders) as NVIDIA's MIG user guide lists them per profile; the user
+// guide gives the 80 GB part the same engines under its own profile names.
 const A100_40GB_MIG: &[MigProfile] = &[
-    mig("1g.5gb", 19, 1, 1, 7, 4864, 14),
-    mig("1g.5gb+me", 20, 1, 1, 1, 4864, 14),
-    mig("1g.10gb", 15, 1, 2, 4, 9984, 14),
-    mig("2g.10gb", 14, 2, 2, 3, 9984, 28),
-    mig("3g.20gb", 9, 3, 4, 2, 20096, 42),
-    mig("4g.20gb", 5, 4, 4, 1, 20096, 56),
-    mig("7g.40gb", 0, 7, 8, 1, 40192, 98),
+    mig("1g.5gb", 19, 1, 1, 7, 4864, 14, engines(1, 0, 0, 0, 0)),
+    mig("1g.5gb+me", 20, 1, 1, 1, 4864, 14, engines(1, 1, 0, 1, 1)),
+    mig("1g.10gb", 15, 1, 2, 4, 9984, 14, engines(1, 1, 0, 0, 0)),
+    mig("2g.10gb", 14, 2, 2, 3, 9984, 28, engines(2, 1, 0, 0, 0)),
+    mig("3g.20gb", 9, 3, 4, 2, 20096, 42, engines(3, 2, 0, 0, 0)),
+    mig("4g.20gb", 5, 4, 4, 1, 20096, 56, engines(4, 2, 0, 0, 0)),
+    mig("7g.40gb", 0, 7, 8, 1, 40192, 98, engines(7, 5, 0, 1, 1)),
 ];
 
 // 80 GB A100 and H100 share profile names and ids; sizes approximate (scaled from the 40 GB part).
 const A100_80GB_MIG: &[MigProfile] = &[
-    mig("1g.10gb", 19, 1, 1, 7, 9856, 14),
-    mig("1g.10gb+me", 20, 1, 1, 1, 9856, 14),
-    mig("1g.20gb", 15, 1, 2, 4, 19968, 14),
-    mig("2g.20gb", 14, 2, 2, 3, 19968, 28),
-    mig("3g.40gb", 9, 3, 4, 2, 40192, 42),
-    mig("4g.40gb", 5, 4, 4, 1, 40192, 56),
-    mig("7g.80gb", 0, 7, 8, 1, 80384, 98),
+    mig("1g.10gb", 19, 1, 1, 7, 9856, 14, engines(1, 0, 0, 0, 0)),
+    mig("1g.10gb+me", 20, 1, 1, 1, 9856, 14, engines(1, 1, 0, 1, 1)),
+    mig("1g.20gb", 15, 1, 2, 4, 19968, 14, engines(1, 1, 0, 0, 0)),
+    mig("2g.20gb", 14, 2, 2, 3, 19968, 28, engines(2, 1, 0, 0, 0)),
+    mig("3g.40gb", 9, 3, 4, 2, 40192, 42, engines(3, 2, 0, 0, 0)),
+    mig("4g.40gb", 5, 4, 4, 1, 40192, 56, engines(4, 2, 0, 0, 0)),
+    mig("7g.80gb", 0, 7, 8, 1, 80384, 98, engines(7, 5, 0, 1, 1)),
 ];
 
+// H100: SMs and engines from a real `nvidia-smi mig -lgip` on an H100 80GB HBM3 (the full
+// instance has eight copy engines; Hopper has no encoders in MIG instances).
 const H100_80GB_MIG: &[MigProfile] = &[
-    mig("1g.10gb", 19, 1, 1, 7, 9856, 16),
-    mig("1g.10gb+me", 20, 1, 1, 1, 9856, 16),
-    mig("1g.20gb", 15, 1, 2, 4, 19968, 26),
-    mig("2g.20gb", 14, 2, 2, 3, 19968, 32),
-    mig("3g.40gb", 9, 3, 4, 2, 40192, 60),
-    mig("4g.40gb", 5, 4, 4, 1, 40192, 64),
-    mig("7g.80gb", 0, 7, 8, 1, 80384, 132),
+    mig("1g.10gb", 19, 1, 1, 7, 9856, 16, engines(1, 1, 0, 1, 0)),
+    mig("1g.10gb+me", 20, 1, 1, 1, 9856, 16, engines(1, 1, 0, 1, 1)),
+    mig("1g.20gb", 15, 1, 2, 4, 19968, 26, engines(1, 1, 0, 1, 0)),
+    mig("2g.20gb", 14, 2, 2, 3, 19968, 32, engines(2, 2, 0, 2, 0)),
+    mig("3g.40gb", 9, 3, 4, 2, 40192, 60, engines(3, 3, 0, 3, 0)),
+    mig("4g.40gb", 5, 4, 4, 1, 40192, 64, engines(4, 4, 0, 4, 0)),
+    mig("7g.80gb", 0, 7, 8, 1, 80384, 132, engines(8, 7, 0, 7, 1)),
 ];
 
-// H200 141 GB: names and counts as mig-parted lists them; sizes approximate.
+// H200 141 GB: names and counts as mig-parted lists them; sizes approximate; SMs and engines
+// those of the H100, whose die it shares (not checked against an H200).
 const H200_MIG: &[MigProfile] = &[
-    mig("1g.18gb", 19, 1, 1, 7, 17920, 16),
-    mig("1g.18gb+me", 20, 1, 1, 1, 17920, 16),
-    mig("1g.35gb", 15, 1, 2, 4, 35840, 26),
-    mig("2g.35gb", 14, 2, 2, 3, 35840, 32),
-    mig("3g.71gb", 9, 3, 4, 2, 71680, 60),
-    mig("4g.71gb", 5, 4, 4, 1, 71680, 64),
-    mig("7g.141gb", 0, 7, 8, 1, 143360, 132),
+    mig("1g.18gb", 19, 1, 1, 7, 17920, 16, engines(1, 1, 0, 1, 0)),
+    mig("1g.18gb+me", 20, 1, 1, 1, 17920, 16, engines(1, 1, 0, 1, 1)),
+    mig("1g.35gb", 15, 1, 2, 4, 35840, 26, engines(1, 1, 0, 1, 0)),
+    mig("2g.35gb", 14, 2, 2, 3, 35840, 32, engines(2, 2, 0, 2, 0)),
+    mig("3g.71gb", 9, 3, 4, 2, 71680, 60, engines(3, 3, 0, 3, 0)),
+    mig("4g.71gb", 5, 4, 4, 1, 71680, 64, engines(4, 4, 0, 4, 0)),
+    mig("7g.141gb", 0, 7, 8, 1, 143360, 132, engines(8, 7, 0, 7, 1)),
 ];
 
 // B200: sizes and SM counts from go-nvml's B200 mock table, ids as real NVML reports them. The
 // mock's 7g.180gb (184320 MiB) is its whole 184320 MiB GPU; a real B200 has 183359 MiB, so the
-// full instance here keeps the share of the total that A100's 7g.40gb has (about 98%).
+// full instance here keeps the share of the total that A100's 7g.40gb has (about 98%). Engines
+// from the same table.
 const B200_MIG: &[MigProfile] = &[
-    mig("1g.23gb", 19, 1, 1, 7, 23552, 18),
-    mig("1g.23gb+me", 20, 1, 1, 1, 23552, 18),
-    mig("1g.45gb", 15, 1, 2, 4, 46080, 18),
-    mig("2g.45gb", 14, 2, 2, 3, 46080, 36),
-    mig("3g.90gb", 9, 3, 4, 2, 92160, 54),
-    mig("4g.90gb", 5, 4, 4, 1, 92160, 72),
-    mig("7g.180gb", 0, 7, 8, 1, 179712, 126),
+    mig("1g.23gb", 19, 1, 1, 7, 23552, 18, engines(1, 1, 0, 0, 0)),
+    mig("1g.23gb+me", 20, 1, 1, 1, 23552, 18, engines(1, 1, 1, 1, 1)),
+    mig("1g.45gb", 15, 1, 2, 4, 46080, 18, engines(1, 1, 0, 0, 0)),
+    mig("2g.45gb", 14, 2, 2, 3, 46080, 36, engines(2, 2, 1, 1, 1)),
+    mig("3g.90gb", 9, 3, 4, 2, 92160, 54, engines(3, 3, 2, 2, 2)),
+    mig("4g.90gb", 5, 4, 4, 1, 92160, 72, engines(4, 4, 2, 2, 2)),
+    mig("7g.180gb", 0, 7, 8, 1, 179712, 126, engines(7, 7, 4, 4, 4)),
 ];
 
-// GB200 NVL (189 GB): names from NVIDIA's DRA driver and mig-parted; sizes approximate.
+// GB200 NVL (189 GB): names from NVIDIA's DRA driver and mig-parted; sizes approximate; SMs and
+// engines those of the B200 (same Blackwell die).
 const GB200_MIG: &[MigProfile] = &[
-    mig("1g.24gb", 19, 1, 1, 7, 23552, 18),
-    mig("1g.24gb+me", 20, 1, 1, 1, 23552, 18),
-    mig("1g.47gb", 15, 1, 2, 4, 47104, 18),
-    mig("2g.47gb", 14, 2, 2, 3, 47104, 36),
-    mig("3g.95gb", 9, 3, 4, 2, 94208, 54),
-    mig("4g.95gb", 5, 4, 4, 1, 94208, 72),
-    mig("7g.189gb", 0, 7, 8, 1, 188416, 126),
+    mig("1g.24gb", 19, 1, 1, 7, 23552, 18, engines(1, 1, 0, 0, 0)),
+    mig("1g.24gb+me", 20, 1, 1, 1, 23552, 18, engines(1, 1, 1, 1, 1)),
+    mig("1g.47gb", 15, 1, 2, 4, 47104, 18, engines(1, 1, 0, 0, 0)),
+    mig("2g.47gb", 14, 2, 2, 3, 47104, 36, engines(2, 2, 1, 1, 1)),
+    mig("3g.95gb", 9, 3, 4, 2, 94208, 54, engines(3, 3, 2, 2, 2)),
+    mig("4g.95gb", 5, 4, 4, 1, 94208, 72, engines(4, 4, 2, 2, 2)),
+    mig("7g.189gb", 0, 7, 8, 1, 188416, 126, engines(7, 7, 4, 4, 4)),
 ];
 
 /// Every builtin profile, sorted by name.

@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::profiles::MIG_MEMORY_SLICES;
 use uuid::Uuid;
 
 /// Format version written by this build. Readers accept documents of the same version and
@@ -106,9 +108,39 @@ pub struct MigDevice {
     /// Framebuffer, MiB.
     pub memory: u64,
     pub multiprocessors: u32,
+    /// Copy and media engines; documents written before they were recorded read as none.
+    #[serde(default)]
+    pub engines: crate::profiles::MigEngines,
     /// Who uses the instance, as for a whole GPU; omitted while free.
     #[serde(default, skip_serializing_if = "GpuStatus::is_free")]
     pub status: GpuStatus,
+}
+
+impl MigDevice {
+    /// A free instance of catalog profile `profile` at memory slice `placement_start`.
+    pub fn new(uuid: String, profile: &crate::profiles::MigProfile, placement_start: u32) -> Self {
+        Self {
+            uuid,
+            profile: profile.name.to_owned(),
+            gi_profile_id: profile.gi_profile_id,
+            placement_start,
+            memory_slices: profile.memory_slices,
+            compute_slices: profile.compute_slices,
+            memory: profile.memory_mib,
+            multiprocessors: profile.multiprocessors,
+            engines: profile.engines,
+            status: GpuStatus::default(),
+        }
+    }
+
+    /// The GPU-instance ID the driver gives this instance (nvidia-smi's `GI ID`, dcgm-exporter's
+    /// `GPU_I_ID`). Real drivers number the aligned runs of memory slices as a binary tree over
+    /// the GPU's eight: the whole GPU 0, halves 1-2, quarters 3-6, eighths 7-14; captures of
+    /// A100 and H100 show exactly these IDs (3g.40gb at slice 0 is GI 1, 1g.10gb at 6 is 13).
+    pub fn gpu_instance_id(&self) -> u32 {
+        let size = self.memory_slices.clamp(1, MIG_MEMORY_SLICES);
+        (MIG_MEMORY_SLICES / size).saturating_sub(1) + self.placement_start / size
+    }
 }
 
 /// A GPU's health, as the device plugin API spells it (`Healthy` / `Unhealthy`).
@@ -345,5 +377,20 @@ gpus:
             NodeTopology::from_yaml("gpus: 7"),
             Err(TopologyError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn gpu_instance_ids_number_slice_runs_as_the_driver_does() {
+        let id = |memory_slices, placement_start| {
+            MigDevice {
+                memory_slices,
+                placement_start,
+                ..Default::default()
+            }
+            .gpu_instance_id()
+        };
+        // From real A100 80GB captures: 3g.40gb at 0, 2g.20gb at 4, 1g.10gb at 6 and 7.
+        assert_eq!([id(4, 0), id(2, 4), id(1, 6), id(1, 7)], [1, 5, 13, 14]);
+        assert_eq!([id(8, 0), id(4, 4), id(2, 0), id(1, 0)], [0, 2, 3, 7]);
     }
 }

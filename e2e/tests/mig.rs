@@ -56,6 +56,8 @@ async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyh
             ("nvidia.com/mig-1g.10gb.count", "9"),
             ("nvidia.com/mig-2g.20gb.count", "1"),
             ("nvidia.com/mig-3g.40gb.memory", "40192"),
+            ("nvidia.com/mig-3g.40gb.engines.decoder", "2"),
+            ("nvidia.com/mig-1g.10gb.engines.copy", "1"),
         ] {
             ensure!(
                 labels.get(key).map(String::as_str) == Some(value),
@@ -81,7 +83,8 @@ async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyh
             "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
                 "deviceClassName": "mig.nvidia.com",
                 "selectors": [{"cel": {"expression":
-                    "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}],
+                    "device.attributes['gpu.nvidia.com'].profile == '3g.40gb' && \
+                     device.capacity['gpu.nvidia.com'].decoders.compareTo(quantity('2')) >= 0"}}],
             }}]}}},
         }))?;
         Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace)

@@ -120,13 +120,12 @@ pub fn node_samples(
             }
             gpu.mig_devices
                 .iter()
-                .zip(1..)
-                .map(|(mig, instance)| {
+                .map(|mig| {
                     let target = Target {
                         key: &mig.uuid,
                         status: &mig.status,
                         memory: mig.memory,
-                        mig: Some([mig.profile.clone(), instance.to_string()]),
+                        mig: Some([mig.profile.clone(), mig.gpu_instance_id().to_string()]),
                     };
                     sample(node, document, gpu, target, rates)
                 })
@@ -432,14 +431,17 @@ mod tests {
         let mut document = document();
         let busy = document.gpus[0].status.clone();
         document.gpus[0].status = GpuStatus::default();
-        document.gpus[0].mig_devices = [("3g.40gb", 0u32), ("1g.10gb", 4)]
-            .map(|(profile, start)| fakegpu_api::topology::MigDevice {
-                uuid: format!("MIG-{start}"),
-                profile: profile.into(),
-                placement_start: start,
-                memory: 40192,
-                ..Default::default()
-            })
+        document.gpus[0].mig_devices = [("3g.40gb", 0u32, 4), ("1g.10gb", 4, 1)]
+            .map(
+                |(profile, start, slices)| fakegpu_api::topology::MigDevice {
+                    uuid: format!("MIG-{start}"),
+                    profile: profile.into(),
+                    placement_start: start,
+                    memory_slices: slices,
+                    memory: 40192,
+                    ..Default::default()
+                },
+            )
             .to_vec();
         document.gpus[0].mig_devices[0].status = busy;
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
@@ -447,6 +449,11 @@ mod tests {
         let samples = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
         assert_eq!(samples.len(), 3, "two instances and the whole GPU");
         assert_eq!(samples[0].mig, Some(["3g.40gb".to_owned(), "1".to_owned()]));
+        // GPU-instance IDs as the driver numbers slice runs: the eighth at slice 4 is GI 11.
+        assert_eq!(
+            samples[1].mig,
+            Some(["1g.10gb".to_owned(), "11".to_owned()])
+        );
         assert_eq!(
             (
                 samples[0].utilization,

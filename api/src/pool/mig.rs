@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// Memory slices and compute slices of one GPU.
-const MEMORY_SLICES: u32 = 8;
+use crate::profiles::MIG_MEMORY_SLICES as MEMORY_SLICES;
 const COMPUTE_SLICES: u32 = 7;
 
 /// One MIG instance on a GPU.

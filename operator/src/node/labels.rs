@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, label},
     pool::{GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
-    profiles::product_label_value,
+    profiles::{MigEngines, product_label_value},
 };
 use kube::ResourceExt;
 
@@ -96,8 +96,8 @@ pub fn desired_labels(
 
 /// GPU feature discovery's MIG labels. `single`: the product gains `-MIG-<profile>`, the count
 /// and memory are the instances', plus multiprocessors and slices. `mixed`: per profile,
-/// `nvidia.com/mig-<profile>.count`, `.memory`, `.multiprocessors`, `.slices.gi`, `.slices.ci`.
-/// (GFD's `engines.*` labels need engine counts the catalog does not have yet.)
+/// `nvidia.com/mig-<profile>.count`, `.memory`, `.multiprocessors`, `.slices.gi`, `.slices.ci`
+/// and `.engines.*`.
 fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String)) {
     let counts = plan.counts();
     match plan.strategy {
@@ -115,6 +115,9 @@ fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String))
                 );
                 set(label::GPU_SLICES_GI, profile.compute_slices.to_string());
                 set(label::GPU_SLICES_CI, profile.compute_slices.to_string());
+                for (key, count) in engine_labels(&profile.engines) {
+                    set(key, count.to_string());
+                }
             }
         }
         MigStrategy::Mixed => {
@@ -125,9 +128,25 @@ fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String))
                 set(&key("multiprocessors"), profile.multiprocessors.to_string());
                 set(&key("slices.gi"), profile.compute_slices.to_string());
                 set(&key("slices.ci"), profile.compute_slices.to_string());
+                for (single_key, count) in engine_labels(&profile.engines) {
+                    // Mixed keys carry the same `engines.*` suffix after the profile.
+                    let suffix = single_key.trim_start_matches("nvidia.com/gpu.");
+                    set(&key(suffix), count.to_string());
+                }
             }
         }
     }
+}
+
+/// GFD's engine labels under `single`, with one instance's counts.
+fn engine_labels(engines: &MigEngines) -> [(&'static str, u32); 5] {
+    [
+        (label::GPU_ENGINES_COPY, engines.copy),
+        (label::GPU_ENGINES_DECODER, engines.decoder),
+        (label::GPU_ENGINES_ENCODER, engines.encoder),
+        (label::GPU_ENGINES_JPEG, engines.jpeg),
+        (label::GPU_ENGINES_OFA, engines.ofa),
+    ]
 }
 
 /// Whether a node's labels already are what the operator wants: every desired label has its
@@ -174,6 +193,11 @@ mod tests {
             ("nvidia.com/mig-3g.40gb.count", "2"),
             ("nvidia.com/mig-3g.40gb.slices.gi", "3"),
             ("nvidia.com/mig-2g.20gb.multiprocessors", "28"),
+            ("nvidia.com/mig-3g.40gb.engines.copy", "3"),
+            ("nvidia.com/mig-3g.40gb.engines.decoder", "2"),
+            ("nvidia.com/mig-3g.40gb.engines.encoder", "0"),
+            ("nvidia.com/mig-3g.40gb.engines.jpeg", "0"),
+            ("nvidia.com/mig-1g.10gb.engines.ofa", "0"),
         ] {
             assert_eq!(mixed.get(key).map(String::as_str), Some(value), "{key}");
         }
@@ -189,6 +213,9 @@ mod tests {
         assert_eq!(single["nvidia.com/gpu.count"], "56");
         assert_eq!(single["nvidia.com/gpu.memory"], "9856");
         assert_eq!(single["nvidia.com/gpu.slices.gi"], "1");
+        assert_eq!(single["nvidia.com/gpu.engines.copy"], "1");
+        assert_eq!(single["nvidia.com/gpu.engines.jpeg"], "1");
+        assert_eq!(single["nvidia.com/gpu.engines.ofa"], "0");
         // Labels of a layout the pool no longer has are the operator's to remove.
         let plain = labels_of(json!({"gpu": {"profile": "a100-80gb"}}), false);
         assert!(!labels_current(&mixed, &plain));

@@ -79,15 +79,8 @@ pub fn desired_topology(
                     (uuid, status, instance)
                 })
                 .map(|(uuid, status, instance)| MigDevice {
-                    uuid,
                     status,
-                    profile: instance.profile.name.to_owned(),
-                    gi_profile_id: instance.profile.gi_profile_id,
-                    placement_start: instance.placement_start,
-                    memory_slices: instance.profile.memory_slices,
-                    compute_slices: instance.profile.compute_slices,
-                    memory: instance.profile.memory_mib,
-                    multiprocessors: instance.profile.multiprocessors,
+                    ..MigDevice::new(uuid, instance.profile, instance.placement_start)
                 })
                 .collect();
             GpuTopology {
