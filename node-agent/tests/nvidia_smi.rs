@@ -255,11 +255,9 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
     let mut report = report(profile);
     report.topology.mig_strategy = "mixed".into();
     report.topology.gpus[1].mig_devices = [("3g.40gb", 0), ("1g.10gb", 4)]
-        .map(|(profile, start)| MigDevice {
-            uuid: mig_uuid(NODE, 1, start),
-            profile: profile.into(),
-            placement_start: start,
-            ..Default::default()
+        .map(|(name, start)| {
+            let mig = profile.mig_profile(name).expect("catalog profile");
+            MigDevice::new(mig_uuid(NODE, 1, start), mig, start)
         })
         .to_vec();
     report.topology.gpus[1].status = GpuStatus::default();
@@ -301,6 +299,14 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
         &given,
     );
     assert_eq!(out, "1, Enabled\n");
+    // The default view lists the instances with their driver IDs, memory, SMs and engines; the
+    // 1g.10gb at slice 4 is GI 11 and runs the pod's process.
+    let (_, out, _) = smi("-i 1", &environment(&url));
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/a100-80gb-mig.txt");
+    if std::env::var_os("FAKEGPU_BLESS").is_some() {
+        std::fs::write(&golden, &out)?;
+    }
+    assert_eq!(out, std::fs::read_to_string(&golden)?, "{out}");
     Ok(())
 }
 

@@ -3,9 +3,9 @@
 
 use fakegpu_api::{
     names::container_env,
-    profiles::profile_by_product,
+    profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
     report::NodeReport,
-    topology::{GpuStatus, GpuTopology, PodGpuUsage, long_bus_id},
+    topology::{GpuStatus, GpuTopology, MigDevice, PodGpuUsage, long_bus_id},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -57,6 +57,8 @@ impl Environment {
 pub struct Process {
     pub gpu_index: u32,
     pub gpu_uuid: String,
+    /// GPU-instance ID of the MIG instance it runs on; `None` on a whole GPU.
+    pub gpu_instance: Option<u32>,
     pub pid: Option<u32>,
     pub name: String,
     /// MiB.
@@ -93,6 +95,16 @@ pub struct Gpu {
 pub struct MigInstance {
     pub profile: String,
     pub uuid: String,
+    /// The driver's GPU-instance ID (`GI ID`); one compute instance each, CI ID 0.
+    pub gpu_instance: u32,
+    /// MiB.
+    pub memory_total: u64,
+    /// MiB, the pods' allocations on it.
+    pub memory_used: u64,
+    /// BAR1 aperture, MiB.
+    pub bar1_total: u64,
+    pub multiprocessors: u32,
+    pub engines: MigEngines,
 }
 
 impl Gpu {
@@ -167,9 +179,17 @@ fn visible(spec: Option<&str>, gpu: &GpuTopology) -> bool {
     })
 }
 
+/// BAR1 of an instance, MiB: its share of the GPU's aperture, less one MiB as drivers print it.
+/// The aperture is taken as the framebuffer rounded up to a power of two, which gives the values
+/// real A100 40GB/80GB captures show (8191 MiB per memory slice on 40 GB, 16383 on 80 GB).
+fn bar1_mib(gpu_memory: u64, mig: &MigDevice) -> u64 {
+    let per_slice = gpu_memory.next_power_of_two() / u64::from(MIG_MEMORY_SLICES);
+    (per_slice * u64::from(mig.memory_slices.max(1))).saturating_sub(1)
+}
+
 /// The MIG instances of `gpu` the container sees: those it was given, or all of them when it
 /// was given the whole GPU (or everything).
-fn visible_mig(spec: Option<&str>, gpu: &GpuTopology) -> Vec<MigInstance> {
+fn visible_mig(spec: Option<&str>, gpu_memory: u64, gpu: &GpuTopology) -> Vec<MigInstance> {
     let ids = listed(spec);
     let given: Vec<_> = gpu
         .mig_devices
@@ -189,6 +209,18 @@ fn visible_mig(spec: Option<&str>, gpu: &GpuTopology) -> Vec<MigInstance> {
         .map(|m| MigInstance {
             profile: m.profile.clone(),
             uuid: m.uuid.clone(),
+            gpu_instance: m.gpu_instance_id(),
+            memory_total: m.memory,
+            memory_used: m
+                .status
+                .pod_gpu_usage_status
+                .values()
+                .map(|u| u.fb_used)
+                .sum::<u64>()
+                .min(m.memory),
+            bar1_total: bar1_mib(gpu_memory, m),
+            multiprocessors: m.multiprocessors,
+            engines: m.engines,
         })
         .collect()
 }
@@ -197,6 +229,8 @@ fn visible_mig(spec: Option<&str>, gpu: &GpuTopology) -> Vec<MigInstance> {
 struct Used<'a> {
     id: &'a str,
     status: &'a GpuStatus,
+    /// The instance's GPU-instance ID; `None` for a whole GPU.
+    gpu_instance: Option<u32>,
 }
 
 /// Whether the usage entry of pod `uid` on `used` is this container's pod.
@@ -238,6 +272,7 @@ fn process(
     Process {
         gpu_index: gpu.index,
         gpu_uuid: gpu.id.clone(),
+        gpu_instance: used.gpu_instance,
         pid,
         name,
         used_memory: usage.fb_used,
@@ -266,12 +301,13 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
         .iter()
         .filter(|gpu| visible(env.visible_devices.as_deref(), gpu))
         .map(|gpu| {
-            let mig_devices = visible_mig(env.visible_devices.as_deref(), gpu);
+            let mig_devices = visible_mig(env.visible_devices.as_deref(), topology.gpu_memory, gpu);
             // A partitioned GPU's pods use its instances (those the container sees).
             let parts: Vec<Used<'_>> = if gpu.mig_devices.is_empty() {
                 vec![Used {
                     id: &gpu.id,
                     status: &gpu.status,
+                    gpu_instance: None,
                 }]
             } else {
                 gpu.mig_devices
@@ -280,6 +316,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                     .map(|m| Used {
                         id: &m.uuid,
                         status: &m.status,
+                        gpu_instance: Some(m.gpu_instance_id()),
                     })
                     .collect()
             };

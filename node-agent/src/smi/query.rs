@@ -229,6 +229,7 @@ pub fn query_apps(
     let probe = Process {
         gpu_index: 0,
         gpu_uuid: String::new(),
+        gpu_instance: None,
         pid: None,
         name: String::new(),
         used_memory: 0,

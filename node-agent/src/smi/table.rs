@@ -1,10 +1,11 @@
 //! The default view, in the layout of the machine's driver: 91 columns from driver 545 on
 //! (cells 41/24/22, `|` at columns 0, 42, 67 and 90), 89 columns for 530-544 (cells 41/22/22);
-//! then the processes table, whose PID column is 6 wider from driver 570 on.
+//! then, when a GPU has MIG enabled, the MIG devices table (cells 18/34/11/23, 18/32/11/23
+//! before 545), and the processes table, whose PID column is 6 wider from driver 570 on.
 
 use std::fmt::Write;
 
-use super::gpus::{Gpu, Machine};
+use super::gpus::{Gpu, Machine, MigInstance};
 
 /// GPU names longer than this are cut to fit the name cell.
 const NAME_WIDTH: usize = 27;
@@ -53,6 +54,33 @@ impl Layout {
         )
     }
 
+    /// Width of the MIG table's memory cell: 34, or 32 before driver 545.
+    fn mig_memory(&self) -> usize {
+        self.middle + 10
+    }
+
+    /// A MIG table border split at its four cells; the one under the headers (`=`) keeps the
+    /// outer bars.
+    fn mig_border(&self, fill: &str) -> String {
+        let end = if fill == "=" { '|' } else { '+' };
+        format!(
+            "{end}{}+{}+{}+{}{end}",
+            fill.repeat(18),
+            fill.repeat(self.mig_memory()),
+            fill.repeat(11),
+            fill.repeat(23)
+        )
+    }
+
+    /// One MIG table row of four cells, each already padded to its width.
+    fn mig_row(&self, cells: [&str; 4]) -> String {
+        let [first, memory, sm, shared] = cells;
+        format!(
+            "|{first:<18}|{memory:<width$}|{sm:<11}|{shared:<23}|",
+            width = self.mig_memory()
+        )
+    }
+
     /// One table row of three cells, the middle one right-aligned.
     fn row(&self, first: &str, middle: &str, last: &str) -> String {
         format!(
@@ -84,6 +112,13 @@ fn cut_start(text: &str, width: usize) -> String {
 }
 
 fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
+    // A partitioned GPU shows no utilization of its own, and `On` where the ECC count stands.
+    let partitioned = !gpu.mig_devices.is_empty();
+    let (ecc, utilization) = if partitioned {
+        ("On ", "N/A".to_owned())
+    } else {
+        ("0 ", format!("{}%", gpu.utilization))
+    };
     let power = match (gpu.power_draw(), gpu.power_limit) {
         (Some(draw), Some(limit)) => format!("{:>3.0}W / {limit:>4}W", draw.round()),
         _ => "N/A /  N/A".to_owned(),
@@ -103,7 +138,7 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
                 "On"
             ),
             &format!("{} Off ", gpu.bus_id),
-            "0 ",
+            ecc,
         ),
         layout.row(
             &format!(
@@ -113,10 +148,80 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
                 "P0"
             ),
             &memory,
-            &format!("{:>7}{:>13} ", format!("{}%", gpu.utilization), "Default"),
+            &format!("{utilization:>7}{:>13} ", "Default"),
         ),
         layout.row("", "", &format!("{} ", gpu.mig_mode)),
     ]
+}
+
+/// The two rows of one MIG instance, numbered `dev` among its GPU's.
+fn mig_rows(layout: &Layout, gpu: &Gpu, dev: usize, mig: &MigInstance) -> [String; 2] {
+    let memory = format!("{}MiB / {:>5}MiB", mig.memory_used, mig.memory_total);
+    let bar1 = format!("0MiB / {:>5}MiB", mig.bar1_total);
+    let bar1_width = layout.mig_memory() - 2;
+    let e = &mig.engines;
+    [
+        layout.mig_row([
+            &format!("{:>3}{:>5}{:>4}{dev:>4}", gpu.index, mig.gpu_instance, 0),
+            &format!("{memory:>30}"),
+            &format!("{:>3}{:>7}", mig.multiprocessors, 0),
+            &format!(
+                "{:>3}{:>4}{:>5}{:>5}{:>5}",
+                e.copy, e.encoder, e.decoder, e.ofa, e.jpeg
+            ),
+        ]),
+        layout.mig_row(["", &format!("{bar1:>bar1_width$}"), "", ""]),
+    ]
+}
+
+/// The MIG devices table, present when a GPU shown has MIG mode enabled.
+fn mig_devices(layout: &Layout, machine: &Machine, out: &mut String) {
+    let inner = layout.inner();
+    let _ = writeln!(out, "{}", layout.border());
+    let _ = writeln!(out, "|{:<inner$}|", " MIG devices:");
+    let _ = writeln!(out, "{}", layout.mig_border("-"));
+    let width = layout.mig_memory() - 1;
+    let (shared, engines) = if layout.middle == 24 {
+        ("        Shared", " CE ENC  DEC  OFA  JPG")
+    } else {
+        ("      Shared", " CE ENC DEC OFA JPG")
+    };
+    for row in [
+        [
+            " GPU  GI  CI  MIG",
+            &format!("{:>width$}", "Memory-Usage"),
+            "        Vol",
+            shared,
+        ],
+        [
+            "      ID  ID  Dev",
+            &format!("{:>width$}", "BAR1-Usage"),
+            " SM     Unc",
+            engines,
+        ],
+        ["", "", "        ECC", ""],
+    ] {
+        let _ = writeln!(out, "{}", layout.mig_row(row));
+    }
+    let _ = writeln!(out, "{}", layout.mig_border("="));
+    let mut any = false;
+    for gpu in &machine.gpus {
+        let mut instances: Vec<_> = gpu.mig_devices.iter().collect();
+        instances.sort_by_key(|m| m.gpu_instance);
+        for (dev, mig) in instances.into_iter().enumerate() {
+            any = true;
+            for row in mig_rows(layout, gpu, dev, mig) {
+                let _ = writeln!(out, "{row}");
+            }
+            let _ = writeln!(out, "{}", layout.mig_border("-"));
+        }
+    }
+    if !any {
+        let _ = writeln!(out, "|  {:<w$}|", "No MIG devices found", w = inner - 2);
+        let _ = writeln!(out, "{}", layout.border());
+    }
+    // The driver ends the section with a line of blanks.
+    let _ = writeln!(out, "{}", " ".repeat(inner));
 }
 
 fn processes(layout: &Layout, machine: &Machine, out: &mut String) {
@@ -150,12 +255,15 @@ fn processes(layout: &Layout, machine: &Machine, out: &mut String) {
     }
     for process in all {
         let pid = process.pid.map_or("N/A".to_owned(), |p| p.to_string());
+        // On a MIG instance its GI and CI IDs, right-aligned, where a whole GPU shows N/A.
+        let ids = match process.gpu_instance {
+            Some(gi) => format!("{gi:>5}{:>5} ", 0),
+            None => format!("   {:<3}  {:<3}", "N/A", "N/A"),
+        };
         let _ = writeln!(
             out,
-            "|{:>5}   {:<3}  {:<3}{pid:>pid_width$}{:>7}   {:<name_width$}{:>10} |",
+            "|{:>5}{ids}{pid:>pid_width$}{:>7}   {:<name_width$}{:>10} |",
             process.gpu_index,
-            "N/A",
-            "N/A",
             "C",
             cut_start(&process.name, name_width - 1),
             format!("{}MiB", process.used_memory),
@@ -209,6 +317,9 @@ pub fn table(machine: &Machine, date: &str) -> String {
         let _ = writeln!(out, "{}", layout.cell_border('+', "-", '+'));
     }
     let _ = writeln!(out);
+    if machine.gpus.iter().any(|g| g.mig_mode == "Enabled") {
+        mig_devices(&layout, machine, &mut out);
+    }
     processes(&layout, machine, &mut out);
     out
 }
@@ -236,6 +347,7 @@ mod tests {
                 mig_devices: Vec::new(),
                 processes: vec![Process {
                     gpu_index: 0,
+                    gpu_instance: None,
                     gpu_uuid: "GPU-x".into(),
                     pid: Some(3170),
                     name: "/usr/lib/a/very/long/path/to/some/python/interpreter/python3".into(),
@@ -284,6 +396,89 @@ mod tests {
         let old = table(&machine("550.163.01", "NVIDIA B200"), "date");
         let row = old.lines().find(|l| l.contains("3170")).unwrap();
         assert_eq!(row.find("3170"), Some(23));
+    }
+
+    /// An A100 40GB with a 3g.20gb instance at slice 0 (GI 1) holding a pod's process.
+    fn mig_machine(driver: &str) -> Machine {
+        let mut machine = machine(driver, "NVIDIA A100-SXM4-40GB");
+        let gpu = &mut machine.gpus[0];
+        gpu.mig_mode = "Enabled";
+        gpu.memory_total = 40960;
+        gpu.mig_devices = vec![MigInstance {
+            profile: "3g.20gb".into(),
+            uuid: "MIG-x".into(),
+            gpu_instance: 1,
+            memory_total: 40192,
+            memory_used: 107,
+            bar1_total: 65535,
+            multiprocessors: 42,
+            engines: fakegpu_api::profiles::MigEngines {
+                copy: 3,
+                decoder: 2,
+                ..Default::default()
+            },
+        }];
+        gpu.processes[0].gpu_instance = Some(1);
+        machine
+    }
+
+    #[test]
+    fn mig_devices_are_laid_out_as_the_570_driver_prints_them() {
+        let text = table(&mig_machine("570.133.20"), "date");
+        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+            assert_eq!(line.chars().count(), 91, "{line:?}");
+        }
+        for expected in [
+            "| MIG devices:                                                                            |",
+            "+------------------+----------------------------------+-----------+-----------------------+",
+            "| GPU  GI  CI  MIG |                     Memory-Usage |        Vol|        Shared         |",
+            "|      ID  ID  Dev |                       BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |",
+            "|                  |                                  |        ECC|                       |",
+            "|==================+==================================+===========+=======================|",
+            "|  0    1   0   0  |             107MiB / 40192MiB    | 42      0 |  3   0    2    0    0 |",
+            "|                  |                 0MiB / 65535MiB  |           |                       |",
+        ] {
+            assert!(text.lines().any(|l| l == expected), "{expected}\n{text}");
+        }
+        // The GPU's own row shows no utilization and ECC `On`, as a partitioned GPU does.
+        assert!(
+            text.contains("|     N/A      Default |") && text.contains("|                   On |"),
+            "{text}"
+        );
+        let process = text.lines().find(|l| l.contains("3170")).unwrap();
+        assert!(process.starts_with("|    0    1    0 "), "{process:?}");
+    }
+
+    #[test]
+    fn mig_devices_before_545_have_the_narrower_memory_cell() {
+        let mut machine = mig_machine("535.183.01");
+        let mig = &mut machine.gpus[0].mig_devices[0];
+        (mig.gpu_instance, mig.memory_total, mig.memory_used) = (7, 4864, 5);
+        (mig.multiprocessors, mig.bar1_total) = (14, 8191);
+        mig.engines = fakegpu_api::profiles::MigEngines {
+            copy: 1,
+            ..Default::default()
+        };
+        let text = table(&machine, "date");
+        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+            assert_eq!(line.chars().count(), 89, "{line:?}");
+        }
+        assert!(
+            text.lines().any(|l| l
+                == "|  0    7   0   0  |               5MiB /  4864MiB  | 14      0 |  1   0    0    0    0 |"),
+            "{text}"
+        );
+        assert!(text.contains("| CE ENC DEC OFA JPG    |"), "{text}");
+    }
+
+    #[test]
+    fn an_enabled_gpu_without_instances_says_so() {
+        let mut machine = mig_machine("550.163.01");
+        machine.gpus[0].mig_devices.clear();
+        machine.gpus[0].processes.clear();
+        let text = table(&machine, "date");
+        assert!(text.contains("|  No MIG devices found"), "{text}");
+        assert!(!table(&self::machine("550.163.01", "x"), "d").contains("MIG devices:"));
     }
 
     #[test]
