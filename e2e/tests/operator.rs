@@ -646,8 +646,9 @@ async fn a_node_that_cannot_be_labelled_becomes_a_condition() -> anyhow::Result<
             "metadata": {"name": policy_name},
             "spec": {
                 "failurePolicy": "Fail",
+                // The operator labels through the status subresource, which a rule must name.
                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["nodes"]}]},
+                    "operations": ["UPDATE"], "resources": ["nodes", "nodes/status"]}]},
                 "validations": [{
                     "expression": format!("!(object.metadata.name == '{node}' && has(object.metadata.labels) && '{}' in object.metadata.labels)", label::GPU_PRESENT),
                     "message": "this node may not carry GPU labels",

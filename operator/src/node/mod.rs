@@ -8,11 +8,7 @@ pub mod slice;
 pub mod status;
 pub mod topology;
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use fakegpu_api::{
     GpuNodePool,
@@ -31,10 +27,8 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::ListParams,
     runtime::{controller::Action, reflector::ObjectRef},
 };
-use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::{
@@ -43,11 +37,18 @@ use crate::{
     tracking,
 };
 
-/// Trims a cached node to what the controllers read: metadata (fakegpu's managed-fields entry
-/// only), capacity, allocatable and the fractioning condition. At 10 000 nodes the rest (images,
-/// addresses, node info, the kubelet's conditions, spec) is most of the operator's memory.
+/// Trims a cached node to what the controllers read: metadata (fakegpu's managed-fields entry,
+/// without the labels it owns: labels are compared by value), capacity, allocatable and the
+/// fractioning condition. At 10 000 nodes the rest (images, addresses, node info, the
+/// kubelet's conditions, spec) is most of the operator's memory.
 pub fn slim(node: &mut Node) {
     apply::keep_own_managed_fields(node);
+    for entry in node.metadata.managed_fields.iter_mut().flatten() {
+        if let Some(serde_json::Value::Object(fields)) = entry.fields_v1.as_mut().map(|f| &mut f.0)
+        {
+            fields.remove("f:metadata");
+        }
+    }
     node.spec = None;
     if let Some(status) = node.status.as_mut() {
         *status = NodeStatus {
@@ -87,11 +88,10 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     };
     match resolve_pool(&pool.spec) {
         Ok(gpu) => {
-            ensure_labels(&ctx, &node, &pool, &gpu).await?;
             let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
             let topology = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
-            ensure_status(&ctx, &node, &pool, &gpu, &topology).await?;
+            ensure_node(&ctx, &node, &pool, &gpu, &topology).await?;
             ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
@@ -106,77 +106,46 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-async fn ensure_labels(
-    ctx: &Context,
-    node: &Node,
-    pool: &GpuNodePool,
-    gpu: &ResolvedGpu,
-) -> Result<()> {
-    let desired = labels::desired_labels(pool, gpu, has_kubelet(node));
-    if labels::labels_current(node.labels(), &desired) {
-        return Ok(());
-    }
-    let name = node.name_any();
-    info!(node = %name, pool = %pool.name_any(), "labelling node");
-    apply_labels(ctx, &name, &desired).await
-}
-
-async fn apply_labels(ctx: &Context, node: &str, labels: &BTreeMap<String, String>) -> Result<()> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let patch =
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}});
-    match apply::apply_once(&ctx.recent, &nodes, node, &patch).await {
-        Ok(()) => Ok(()),
-        // Server-side apply creates what is missing: for a node deleted meanwhile it asks to
-        // create one (the bundle's RBAC refuses). A deleted node has nothing left to label.
-        // (Asked with `list`, which the operator's role has, rather than `get`.)
-        Err(error) => {
-            let by_name = ListParams::default().fields(&format!("metadata.name={node}"));
-            if nodes.list_metadata(&by_name).await?.items.is_empty() {
-                debug!(node, %error, "node is gone; nothing to label");
-                Ok(())
-            } else {
-                Err(error)
-            }
-        }
-    }
-}
-
-/// KWOK capacity and the fractioning condition, in one apply of the node's status. The GPUs
-/// the document marks unhealthy leave allocatable.
-async fn ensure_status(
+/// Labels, KWOK capacity and the fractioning condition, in one apply of the node's status
+/// subresource. The API server keeps the labels of a status write (it resets only `spec`), so a
+/// node costs one write where labels and status used to cost two; the GPUs the document marks
+/// unhealthy leave allocatable.
+async fn ensure_node(
     ctx: &Context,
     node: &Node,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     topology: &NodeTopology,
 ) -> Result<()> {
+    let labels = labels::desired_labels(pool, gpu, has_kubelet(node));
     let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
     let unhealthy = topology.gpus.iter().filter(|g| !g.health.is_healthy());
     let unhealthy_gpus = u32::try_from(unhealthy.count()).unwrap_or(u32::MAX);
     let now = Time(Timestamp::now());
     let allocatable = status::allocatable(&resources, unhealthy_gpus);
-    let intent = status::StatusIntent {
+    let intent = status::NodeIntent {
+        labels,
         fractioning: status::desired_fractioning(node, pool, &allocatable, &now),
         resources,
         unhealthy_gpus,
     };
-    apply_status(ctx, node, &intent).await
+    apply_node(ctx, node, &intent).await
 }
 
-async fn apply_status(ctx: &Context, node: &Node, intent: &status::StatusIntent) -> Result<()> {
-    if status::status_current(node, intent) {
+async fn apply_node(ctx: &Context, node: &Node, intent: &status::NodeIntent) -> Result<()> {
+    if status::node_current(node, intent) {
         return Ok(());
     }
     let name = node.name_any();
-    info!(node = %name, resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "writing node status");
+    info!(node = %name, pool = intent.labels.get(POOL_LABEL).map(String::as_str), resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "writing node labels and status");
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let patch = status::status_patch(&name, intent);
-    let same = status::status_patch(&name, &intent.timeless());
+    let patch = status::node_patch(&name, intent);
+    let same = status::node_patch(&name, &intent.timeless());
     match apply::apply_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
         Ok(()) => Ok(()),
+        // A status apply never creates: a node deleted meanwhile answers 404.
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
-            debug!(node = %name, "node is gone; no status to write");
+            debug!(node = %name, "node is gone; nothing to write");
             Ok(())
         }
         Err(error) => Err(error),
@@ -388,17 +357,14 @@ async fn ensure_topology(
     apply::apply_once(&ctx.recent, &configmaps, &cm_name, &desired).await
 }
 
-/// Takes away what the operator gave a node: its labels (an empty apply drops every label the
-/// field manager owns, and only those), its status entries, its slice and its topology
+/// Takes away what the operator gave a node: its labels and status entries (an empty apply
+/// drops every field the field manager owns, and only those), its slices and its topology
 /// ConfigMap.
 pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
     let name = node.name_any();
-    if node.labels().contains_key(POOL_LABEL) {
-        info!(node = %name, "node left its pool: removing labels");
-        apply_labels(ctx, &name, &BTreeMap::new()).await?;
-    }
-    if status::owns_status(node) {
-        apply_status(ctx, node, &status::StatusIntent::default()).await?;
+    if node.labels().contains_key(POOL_LABEL) || status::owns_status(node) {
+        info!(node = %name, "node left its pool: removing labels and status entries");
+        apply_node(ctx, node, &status::NodeIntent::default()).await?;
     }
     for slice in [slice::slice_name(&name), slice::channel_slice_name(&name)] {
         sync_slice(ctx, &name, &slice, cached_slice(ctx, &slice), None).await?;
@@ -441,7 +407,8 @@ mod tests {
         let mut node: Node = serde_json::from_value(json!({
             "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [
                 {"manager": "kwok", "operation": "Update", "fieldsV1": {}},
-                {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": {}}]},
+                {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": {
+                    "f:metadata": {"f:labels": {"f:a": {}}}, "f:status": {"f:capacity": {}}}}]},
             "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {
                 "allocatable": {"nvidia.com/gpu": "8", "cpu": "32"},
@@ -462,6 +429,8 @@ mod tests {
             .map(|m| m.manager.clone())
             .collect();
         assert_eq!(managers, [Some("fakegpu".to_owned())]);
+        let owned = apply::owned_fields(&node, Some("status")).expect("own entry");
+        assert_eq!(owned, &json!({"f:status": {"f:capacity": {}}}));
         let status = node.status.expect("status");
         assert_eq!(status.allocatable.expect("allocatable").len(), 2);
         assert!(status.images.is_none());

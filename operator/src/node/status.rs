@@ -1,10 +1,12 @@
-//! What the operator writes into a node's status: the extended resources of KWOK nodes (no
-//! kubelet and no device plugin runs for them, as the reference's kwok-gpu-device-plugin does
-//! it) and the `gpu-fractioning.nvidia.com/Ready` condition of fake-backend pool nodes.
+//! What the operator writes into a node: its labels (see [`super::labels`]), the extended
+//! resources of KWOK nodes (no kubelet and no device plugin runs for them, as the reference's
+//! kwok-gpu-device-plugin does it) and the `gpu-fractioning.nvidia.com/Ready` condition of
+//! fake-backend pool nodes.
 //!
-//! Both go in one server-side apply of the status subresource, so the API server tracks exactly
-//! which entries are fakegpu's: applying without an entry removes it, and entries that KWOK,
-//! the kubelet or a user own are never touched.
+//! All go in one server-side apply of the status subresource (whose writes keep metadata
+//! changes: the API server resets only a node's `spec` there), so the API server tracks exactly
+//! which entries are fakegpu's: applying without an entry removes it, and entries and labels
+//! that KWOK, the kubelet or a user own are never touched.
 
 use std::collections::BTreeMap;
 
@@ -17,12 +19,16 @@ use k8s_openapi::{
     api::core::v1::{Node, NodeCondition},
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Time},
 };
+use kube::ResourceExt;
 
+use super::labels::labels_current;
 use crate::apply::{owned_fields, owned_keys};
 
-/// The status entries fakegpu wants on a node.
+/// What fakegpu wants on a node: its labels and status entries.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct StatusIntent {
+pub struct NodeIntent {
+    /// Every label of the operator's (see [`super::labels::desired_labels`]).
+    pub labels: BTreeMap<String, String>,
     /// Capacity; allocatable is the same less the unhealthy GPUs.
     pub resources: BTreeMap<String, Quantity>,
     /// GPUs left out of allocatable, as the kubelet leaves out a device plugin's unhealthy
@@ -31,7 +37,7 @@ pub struct StatusIntent {
     pub fractioning: Option<NodeCondition>,
 }
 
-impl StatusIntent {
+impl NodeIntent {
     /// Allocatable: the capacity less the unhealthy GPUs.
     pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
         allocatable(&self.resources, self.unhealthy_gpus)
@@ -172,7 +178,7 @@ pub fn desired_fractioning(
 
 /// Whether the node's status already is what fakegpu wants of it: the entries it owns are
 /// exactly the desired ones, with the desired values.
-pub fn status_current(node: &Node, intent: &StatusIntent) -> bool {
+pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
     let owned = owned_fields(node, Some(STATUS));
     let status = node.status.as_ref();
     for list in ["f:capacity", "f:allocatable"] {
@@ -201,18 +207,23 @@ pub fn status_current(node: &Node, intent: &StatusIntent) -> bool {
     values_match && condition_matches
 }
 
+/// Whether the node already is what fakegpu wants of it: labels and status entries.
+pub fn node_current(node: &Node, intent: &NodeIntent) -> bool {
+    labels_current(node.labels(), &intent.labels) && status_current(node, intent)
+}
+
 /// Whether fakegpu owns anything in the node's status (a node leaving its pool must then have
 /// it taken back).
 pub fn owns_status(node: &Node) -> bool {
     owned_fields(node, Some(STATUS)).is_some()
 }
 
-/// The apply body for `intent`.
-pub fn status_patch(node: &str, intent: &StatusIntent) -> serde_json::Value {
+/// The body of the status apply for `intent`, labels included.
+pub fn node_patch(node: &str, intent: &NodeIntent) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": node},
+        "metadata": {"name": node, "labels": intent.labels},
         "status": {
             "capacity": intent.resources,
             "allocatable": intent.allocatable(),
@@ -234,7 +245,7 @@ mod tests {
     }
 
     /// A node whose status fakegpu applied with `intent`, as the API server would record it.
-    fn applied(intent: &StatusIntent) -> Node {
+    fn applied(intent: &NodeIntent) -> Node {
         let mut fields = json!({"f:status": {"f:capacity": {}, "f:allocatable": {}}});
         for name in intent.resources.keys() {
             fields["f:status"]["f:capacity"][format!("f:{name}")] = json!({});
@@ -352,10 +363,10 @@ mod tests {
         let gpu = resolve(&fake.spec.gpu).expect("resolves");
         let resources = desired_resources(&fake, &gpu, true);
         let bare = node(json!({"metadata": {"name": "n"}}));
-        let intent = StatusIntent {
+        let intent = NodeIntent {
             fractioning: desired_fractioning(&bare, &fake, &resources, &time(1)),
             resources,
-            unhealthy_gpus: 0,
+            ..Default::default()
         };
         let node = applied(&intent);
         assert!(owns_status(&node));
@@ -363,26 +374,34 @@ mod tests {
         let again = desired_fractioning(&node, &fake, &intent.resources, &time(9));
         assert_eq!(again, intent.fractioning);
         // The pool shrinks: the owned capacity no longer matches.
-        let smaller = StatusIntent {
+        let smaller = NodeIntent {
             resources: BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("2".into()))]),
             ..intent.clone()
         };
         assert!(!status_current(&node, &smaller));
         // A GPU fails: allocatable no longer matches.
-        let failed = StatusIntent {
+        let failed = NodeIntent {
             unhealthy_gpus: 1,
             ..intent.clone()
         };
         assert!(!status_current(&node, &failed));
         assert!(status_current(&applied(&failed), &failed));
+        // Labels are part of the intent: a missing or leftover one makes the node stale.
+        let labelled = NodeIntent {
+            labels: BTreeMap::from([("nvidia.com/gpu.count".to_owned(), "4".to_owned())]),
+            ..intent.clone()
+        };
+        assert!(node_current(&node, &intent));
+        assert!(!node_current(&node, &labelled));
         // The node leaves: an empty intent is not current while fakegpu still owns entries.
-        assert!(!status_current(&node, &StatusIntent::default()));
-        assert!(status_current(&bare, &StatusIntent::default()));
+        assert!(!status_current(&node, &NodeIntent::default()));
+        assert!(status_current(&bare, &NodeIntent::default()));
     }
 
     #[test]
-    fn the_patch_sets_capacity_allocatable_and_condition() {
-        let intent = StatusIntent {
+    fn the_patch_sets_labels_capacity_allocatable_and_condition() {
+        let intent = NodeIntent {
+            labels: BTreeMap::from([("nvidia.com/gpu.count".to_owned(), "8".to_owned())]),
             resources: BTreeMap::from([
                 ("nvidia.com/gpu".to_owned(), Quantity("8".into())),
                 ("nvidia.com/hostdev".to_owned(), Quantity("2".into())),
@@ -390,7 +409,8 @@ mod tests {
             unhealthy_gpus: 3,
             fractioning: None,
         };
-        let patch = status_patch("n", &intent);
+        let patch = node_patch("n", &intent);
+        assert_eq!(patch["metadata"]["labels"]["nvidia.com/gpu.count"], "8");
         assert_eq!(patch["status"]["capacity"]["nvidia.com/gpu"], "8");
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "5");
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/hostdev"], "2");
