@@ -316,7 +316,7 @@ pub fn node_slice(
     current: Option<&ResourceSlice>,
 ) -> ResourceSlice {
     spec.pool.generation = match current {
-        Some(current) if same_devices(&current.spec, &spec) => current.spec.pool.generation,
+        Some(current) if same_devices(current, &spec) => current.spec.pool.generation,
         Some(current) => current.spec.pool.generation + 1,
         None => 1,
     };
@@ -331,15 +331,54 @@ pub fn node_slice(
     }
 }
 
-fn same_devices(a: &ResourceSliceSpec, b: &ResourceSliceSpec) -> bool {
-    (&a.driver, &a.node_name, &a.pool.name, &a.devices)
-        == (&b.driver, &b.node_name, &b.pool.name, &b.devices)
+/// Where a cache that holds slices without their devices records what the devices were (see
+/// [`forget_devices`]). Only ever in memory: no slice on the API server carries it.
+pub const DEVICES_DIGEST: &str = "fakegpu.dev/cached-devices-digest";
+
+/// What identifies a slice's devices, as a digest.
+fn devices_digest(spec: &ResourceSliceSpec) -> String {
+    crate::meta::digest(&(
+        &spec.driver,
+        &spec.node_name,
+        &spec.pool.name,
+        &spec.devices,
+    ))
 }
 
-/// Whether `current` already is `desired` (as [`gpu_slice`] builds it).
+/// Replaces a slice's devices by their digest, for a cache that only asks whether a slice is
+/// current ([`slice_current`] and [`node_slice`] read the digest). In memory a GPU slice is
+/// about ten times its JSON; holding the devices of 10 000 nodes was half the operator's memory.
+/// Overwrites any annotation of that name the object came with.
+pub fn forget_devices(slice: &mut ResourceSlice) {
+    let digest = devices_digest(&slice.spec);
+    slice.spec.devices = None;
+    slice
+        .annotations_mut()
+        .insert(DEVICES_DIGEST.to_owned(), digest);
+}
+
+/// Whether `current` (whole, or without its devices) has the devices `desired` describes.
+fn same_devices(current: &ResourceSlice, desired: &ResourceSliceSpec) -> bool {
+    let a = &current.spec;
+    match current.annotations().get(DEVICES_DIGEST) {
+        Some(digest) => *digest == devices_digest(desired),
+        None => {
+            (&a.driver, &a.node_name, &a.pool.name, &a.devices)
+                == (
+                    &desired.driver,
+                    &desired.node_name,
+                    &desired.pool.name,
+                    &desired.devices,
+                )
+        }
+    }
+}
+
+/// Whether `current` (whole, or without its devices) already is `desired` (as [`gpu_slice`]
+/// builds it).
 pub fn slice_current(current: &ResourceSlice, desired: &ResourceSlice) -> bool {
     crate::meta::metadata_current(current, desired)
-        && same_devices(&current.spec, &desired.spec)
+        && same_devices(current, &desired.spec)
         && current.spec.pool == desired.spec.pool
 }
 
@@ -432,6 +471,31 @@ mod tests {
         let devices = gpu_devices(&topology);
         let attributes = devices[0].attributes.as_ref().expect("attributes");
         assert!(!attributes.contains_key("cudaComputeCapability"));
+    }
+
+    #[test]
+    fn a_slice_without_its_devices_still_says_whether_it_is_current() {
+        let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}}))
+            .expect("test node");
+        let first = gpu_slice("s", &node, BTreeMap::new(), &topology(), None);
+        let mut cached = first.clone();
+        forget_devices(&mut cached);
+        assert_eq!(cached.spec.devices, None);
+        let again = gpu_slice("s", &node, BTreeMap::new(), &topology(), Some(&cached));
+        assert_eq!(again.spec.pool.generation, 1);
+        assert!(slice_current(&cached, &again));
+        let mut fewer = topology();
+        fewer.gpus.pop();
+        let changed = gpu_slice("s", &node, BTreeMap::new(), &fewer, Some(&cached));
+        assert_eq!(changed.spec.pool.generation, 2);
+        assert!(!slice_current(&cached, &changed));
+        // A digest a user wrote on the object does not survive.
+        let mut forged = first.clone();
+        forged
+            .annotations_mut()
+            .insert(DEVICES_DIGEST.to_owned(), "0".into());
+        forget_devices(&mut forged);
+        assert!(slice_current(&forged, &again));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Comparing the metadata fakegpu writes with what an object has.
+//! Comparing what fakegpu writes with what an object has.
 
 use kube::{Resource, ResourceExt};
 
@@ -12,6 +12,19 @@ pub fn metadata_current<K: Resource>(current: &K, desired: &K) -> bool {
     subset(desired.labels(), current.labels())
         && subset(desired.annotations(), current.annotations())
         && current.owner_references() == desired.owner_references()
+}
+
+/// A digest of `value`, for caches that hold a digest in place of content they only compare:
+/// equal for equal values within one process (not stable across builds, never written out).
+pub fn digest(value: &impl serde::Serialize) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    // Serialized, as the Kubernetes types do not implement Hash; their maps serialize in key
+    // order, so equal values give equal bytes.
+    serde_json::to_vec(value)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 #[cfg(test)]

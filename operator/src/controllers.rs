@@ -133,7 +133,10 @@ pub async fn run(
         Api::namespaced(client.clone(), &namespace),
         topology_configmaps,
         configmap_writer,
-        apply::drop_managed_fields,
+        |cm| {
+            apply::drop_managed_fields(cm);
+            node::topology::forget_free_document(cm);
+        },
     )
     .inspect(confirm(&recent));
     // Driven here, not by the node controller: the controllers start only once this cache is full.
@@ -149,23 +152,32 @@ pub async fn run(
     let own_slices = all
         .clone()
         .labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}"));
+    // Slices are cached without their devices (a digest stands in): the controllers only ask
+    // whether a slice is current, and the devices were half the operator's memory.
     let slice_events = cached(
         Api::all(client.clone()),
         own_slices,
         slice_writer,
-        apply::drop_managed_fields,
+        |slice| {
+            apply::drop_managed_fields(slice);
+            fakegpu_api::dra::forget_devices(slice);
+        },
     )
     .inspect(confirm(&recent));
     let (slice_events, [slices_for_nodes]) = fan_out(slice_events);
     // Pods also feed the node -> pods index, from the same events as their store.
     let index = pods_by_node.clone();
-    let pod_events = log_errors(
-        watcher(Api::all(client.clone()), pods::watch_config())
-            .default_backoff()
-            .modify(pods::slim)
-            .reflect(pod_writer)
-            .inspect_ok(move |event| index.apply_watcher_event(event))
-            .touched_objects(),
+    let pod_store = pod_writer.as_reader();
+    let pod_events = shared_with(
+        pod_store,
+        log_errors(
+            watcher(Api::all(client.clone()), pods::watch_config())
+                .default_backoff()
+                .modify(pods::slim)
+                .reflect(pod_writer)
+                .inspect_ok(move |event| index.apply_watcher_event(event))
+                .touched_objects(),
+        ),
     );
     let (pod_events, [pods_for_nodes]) = fan_out(pod_events);
     let claim_events = cached(
@@ -333,7 +345,7 @@ pub(crate) fn cached<K>(
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
     modify: impl FnMut(&mut K) + Send + 'static,
-) -> impl Stream<Item = K> + Send
+) -> impl Stream<Item = Arc<K>> + Send
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -343,13 +355,34 @@ where
         + Sync
         + 'static,
 {
-    log_errors(
-        watcher(api, config)
-            .default_backoff()
-            .modify(modify)
-            .reflect(writer)
-            .touched_objects(),
+    let store = writer.as_reader();
+    shared_with(
+        store,
+        log_errors(
+            watcher(api, config)
+                .default_backoff()
+                .modify(modify)
+                .reflect(writer)
+                .touched_objects(),
+        ),
     )
+}
+
+/// Each object of `objects` as the cache's own `Arc` of it (the cache took it just before),
+/// rather than a second copy: until the controllers start, their streams hold every object of
+/// the initial lists. Deleted objects, gone from the cache, keep theirs.
+pub(crate) fn shared_with<K>(
+    store: Store<K>,
+    objects: impl Stream<Item = K>,
+) -> impl Stream<Item = Arc<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    objects.map(move |object| {
+        store
+            .get(&ObjectRef::from_obj(&object))
+            .unwrap_or_else(|| Arc::new(object))
+    })
 }
 
 /// Tells `recent` of every object a watch delivers, so that writes the cache now shows are no
@@ -357,9 +390,9 @@ where
 /// the controllers hear of it.
 fn confirm<K: kube::Resource<DynamicType = ()>>(
     recent: &Arc<RecentWrites>,
-) -> impl Fn(&K) + use<K> {
+) -> impl Fn(&Arc<K>) + use<K> {
     let recent = recent.clone();
-    move |object| recent.seen(object)
+    move |object| recent.seen(object.as_ref())
 }
 
 /// Wraps a reconcile function so that every run is counted and timed under `controller`.
@@ -477,11 +510,12 @@ fn log_errors<K>(stream: impl Stream<Item = Result<K, watcher::Error>>) -> impl 
 }
 
 /// Passes every item of `source` on to `N` streams, shared: until the controllers start (after
-/// every cache is full) the streams hold every object of the initial lists, once. The returned
+/// every cache is full) the streams hold every object of the initial lists (the caches' own,
+/// see [`shared_with`]). The returned
 /// future drives `source` and ends with it; the controllers drain their streams promptly (they
 /// deduplicate queued work).
 pub(crate) fn fan_out<T, const N: usize>(
-    source: impl Stream<Item = T>,
+    source: impl Stream<Item = Arc<T>>,
 ) -> (impl Future<Output = ()>, [impl Stream<Item = Arc<T>>; N]) {
     let mut senders = Vec::with_capacity(N);
     let receivers = std::array::from_fn(|_| {
@@ -490,7 +524,6 @@ pub(crate) fn fan_out<T, const N: usize>(
         receiver
     });
     let drive = source.for_each(move |item| {
-        let item = Arc::new(item);
         for sender in &senders {
             // A closed receiver means its controller stopped; shutdown is under way.
             let _ = sender.unbounded_send(item.clone());
