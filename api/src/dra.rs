@@ -331,47 +331,34 @@ pub fn node_slice(
     }
 }
 
-/// Where a cache that holds slices without their devices records what the devices were (see
-/// [`forget_devices`]). Only ever in memory: no slice on the API server carries it.
-pub const DEVICES_DIGEST: &str = "fakegpu.dev/cached-devices-digest";
-
-/// What identifies a slice's devices, as a digest.
-fn devices_digest(spec: &ResourceSliceSpec) -> String {
-    crate::meta::digest(&(
+/// What identifies a slice's devices (its pool generation aside).
+fn device_identity(
+    spec: &ResourceSliceSpec,
+) -> (&String, &Option<String>, &String, &Option<Vec<Device>>) {
+    (
         &spec.driver,
         &spec.node_name,
         &spec.pool.name,
         &spec.devices,
-    ))
+    )
 }
 
 /// Replaces a slice's devices by their digest, for a cache that only asks whether a slice is
 /// current ([`slice_current`] and [`node_slice`] read the digest). In memory a GPU slice is
 /// about ten times its JSON; holding the devices of 10 000 nodes was half the operator's memory.
-/// Overwrites any annotation of that name the object came with.
 pub fn forget_devices(slice: &mut ResourceSlice) {
-    let digest = devices_digest(&slice.spec);
+    let digest = crate::meta::digest(&device_identity(&slice.spec));
     slice.spec.devices = None;
-    slice
-        .annotations_mut()
-        .insert(DEVICES_DIGEST.to_owned(), digest);
+    crate::meta::record_digest(slice, digest);
 }
 
 /// Whether `current` (whole, or without its devices) has the devices `desired` describes.
 fn same_devices(current: &ResourceSlice, desired: &ResourceSliceSpec) -> bool {
-    let a = &current.spec;
-    match current.annotations().get(DEVICES_DIGEST) {
-        Some(digest) => *digest == devices_digest(desired),
-        None => {
-            (&a.driver, &a.node_name, &a.pool.name, &a.devices)
-                == (
-                    &desired.driver,
-                    &desired.node_name,
-                    &desired.pool.name,
-                    &desired.devices,
-                )
-        }
-    }
+    crate::meta::same_content(
+        current,
+        &device_identity(&current.spec),
+        &device_identity(desired),
+    )
 }
 
 /// Whether `current` (whole, or without its devices) already is `desired` (as [`gpu_slice`]
@@ -493,7 +480,7 @@ mod tests {
         let mut forged = first.clone();
         forged
             .annotations_mut()
-            .insert(DEVICES_DIGEST.to_owned(), "0".into());
+            .insert(crate::meta::CACHED_DIGEST.to_owned(), "0".into());
         forget_devices(&mut forged);
         assert!(slice_current(&forged, &again));
     }

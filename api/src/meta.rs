@@ -14,6 +14,10 @@ pub fn metadata_current<K: Resource>(current: &K, desired: &K) -> bool {
         && current.owner_references() == desired.owner_references()
 }
 
+/// Where a cache that dropped content it only compares records the content's [`digest`]. Only
+/// ever in memory: no object on the API server carries it.
+pub const CACHED_DIGEST: &str = "fakegpu.dev/cached-digest";
+
 /// A digest of `value`, for caches that hold a digest in place of content they only compare:
 /// equal for equal values within one process (not stable across builds, never written out).
 pub fn digest(value: &impl serde::Serialize) -> String {
@@ -25,6 +29,27 @@ pub fn digest(value: &impl serde::Serialize) -> String {
         .unwrap_or_default()
         .hash(&mut hasher);
     format!("{:016x}", hasher.finish())
+}
+
+/// Records `digest` (of content the caller drops from `object`) on `object`, for
+/// [`same_content`]. Overwrites any annotation of that name the object came with.
+pub fn record_digest<K: Resource>(object: &mut K, digest: String) {
+    object
+        .annotations_mut()
+        .insert(CACHED_DIGEST.to_owned(), digest);
+}
+
+/// Whether `current`, whose content is `current_content` unless a cache dropped it (see
+/// [`record_digest`]), has the content `desired`.
+pub fn same_content<K: Resource, T: serde::Serialize + PartialEq>(
+    current: &K,
+    current_content: &T,
+    desired: &T,
+) -> bool {
+    match current.annotations().get(CACHED_DIGEST) {
+        Some(recorded) => *recorded == digest(desired),
+        None => current_content == desired,
+    }
 }
 
 #[cfg(test)]

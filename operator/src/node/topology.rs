@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use fakegpu_api::{
+    meta,
     names::{annotation, fakegpu::POOL_LABEL, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
     topology::{
@@ -159,10 +160,6 @@ pub fn desired_configmap(
     }
 }
 
-/// Where the operator's cache records the data of a topology ConfigMap it dropped (see
-/// [`forget_free_document`]). Only ever in memory: no ConfigMap on the API server carries it.
-pub const DATA_DIGEST: &str = "fakegpu.dev/cached-data-digest";
-
 /// Drops the document of a cached topology ConfigMap when no GPU in it is in use, keeping a
 /// digest. [`desired_topology`] takes nothing but usage from a previous document, so a free one
 /// is as good as none, and the digest still tells whether the ConfigMap is current. At 10 000
@@ -171,20 +168,17 @@ pub fn forget_free_document(cm: &mut ConfigMap) {
     let free =
         NodeTopology::from_configmap(cm).is_ok_and(|doc| !doc.gpus.iter().any(GpuTopology::in_use));
     if free {
-        let digest = fakegpu_api::meta::digest(&cm.data);
+        let digest = meta::digest(&cm.data);
         cm.data = None;
-        cm.annotations_mut().insert(DATA_DIGEST.to_owned(), digest);
+        meta::record_digest(cm, digest);
     }
 }
 
 /// Whether the cached ConfigMap (whole, or without a free document) already is the desired one
 /// (what this operator sets of it).
 pub fn configmap_current(current: &ConfigMap, desired: &ConfigMap) -> bool {
-    let same_data = match current.annotations().get(DATA_DIGEST) {
-        Some(digest) => *digest == fakegpu_api::meta::digest(&desired.data),
-        None => current.data == desired.data,
-    };
-    fakegpu_api::meta::metadata_current(current, desired) && same_data
+    meta::metadata_current(current, desired)
+        && meta::same_content(current, &current.data, &desired.data)
 }
 
 #[cfg(test)]
