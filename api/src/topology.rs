@@ -302,6 +302,15 @@ impl GpuStatus {
     pub fn is_free(&self) -> bool {
         !self.in_use()
     }
+
+    /// Framebuffer the pods use, MiB, at most `capacity` (the device's memory).
+    pub fn memory_used(&self, capacity: u64) -> u64 {
+        self.pod_gpu_usage_status
+            .values()
+            .map(|u| u.fb_used)
+            .sum::<u64>()
+            .min(capacity)
+    }
 }
 
 impl GpuTopology {

@@ -72,7 +72,7 @@ fn sample(
             )
         })
         .sum();
-    let used = usage.values().map(|u| u.fb_used).sum::<u64>().min(memory);
+    let used = status.memory_used(memory);
     let holder = &status.allocated_by;
     GpuSample {
         labels: [

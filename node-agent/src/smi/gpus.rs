@@ -211,13 +211,7 @@ fn visible_mig(spec: Option<&str>, gpu_memory: u64, gpu: &GpuTopology) -> Vec<Mi
             uuid: m.uuid.clone(),
             gpu_instance: m.gpu_instance_id(),
             memory_total: m.memory,
-            memory_used: m
-                .status
-                .pod_gpu_usage_status
-                .values()
-                .map(|u| u.fb_used)
-                .sum::<u64>()
-                .min(m.memory),
+            memory_used: m.status.memory_used(m.memory),
             bar1_total: bar1_mib(gpu_memory, m),
             multiprocessors: m.multiprocessors,
             engines: m.engines,
