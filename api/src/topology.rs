@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::profiles::MIG_MEMORY_SLICES;
-use uuid::Uuid;
 
 /// Format version written by this build. Readers accept documents of the same version and
 /// refuse newer ones with a clear error instead of misreading them.

@@ -511,9 +511,8 @@ fn log_errors<K>(stream: impl Stream<Item = Result<K, watcher::Error>>) -> impl 
 
 /// Passes every item of `source` on to `N` streams, shared: until the controllers start (after
 /// every cache is full) the streams hold every object of the initial lists (the caches' own,
-/// see [`shared_with`]). The returned
-/// future drives `source` and ends with it; the controllers drain their streams promptly (they
-/// deduplicate queued work).
+/// see [`shared_with`]). The returned future drives `source` and ends with it; the controllers
+/// drain their streams promptly (they deduplicate queued work).
 pub(crate) fn fan_out<T, const N: usize>(
     source: impl Stream<Item = Arc<T>>,
 ) -> (impl Future<Output = ()>, [impl Stream<Item = Arc<T>>; N]) {

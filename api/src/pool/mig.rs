@@ -7,11 +7,10 @@ use std::collections::BTreeMap;
 
 use crate::{
     pool::{GpuNodePoolSpec, MigStrategy},
-    profiles::{GpuProfile, MigProfile},
+    profiles::{GpuProfile, MIG_MEMORY_SLICES as MEMORY_SLICES, MigProfile},
 };
 
-/// Memory slices and compute slices of one GPU.
-use crate::profiles::MIG_MEMORY_SLICES as MEMORY_SLICES;
+/// Compute slices of one GPU (its memory slices are [`MEMORY_SLICES`]).
 const COMPUTE_SLICES: u32 = 7;
 
 /// One MIG instance on a GPU.
