@@ -92,6 +92,47 @@ async fn allocated_in_status(client: &Client, pool: &str, allocated: u32) -> any
     .await
 }
 
+/// Nodes that join a pool as they are created race KWOK, which gives a node its default
+/// allocatable (cpu, memory, pods) only while it has none: the GPUs must land beside those
+/// defaults, not in their place, or the scheduler finds room for no pod.
+#[tokio::test]
+async fn nodes_created_into_a_pool_keep_room_for_pods() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("join");
+    let names: Vec<String> = (0..6).map(|i| format!("{pool}-node-{i}")).collect();
+    let cleanup = names
+        .iter()
+        .fold(Cleanup::new(&client).pool(&pool), |c, n| c.node(n));
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "t4", "count": 1}}),
+        )
+        .await?;
+        let labels = [(label::NODE_POOL, pool.as_str())];
+        futures::future::try_join_all(names.iter().map(|n| create_kwok_node(&client, n, &labels)))
+            .await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        for name in &names {
+            let node = eventually(&format!("{name} has its GPU"), CONVERGE, || async {
+                let n = nodes.get(name).await?;
+                Ok((gpu_capacity(&n).1.as_deref() == Some("1")).then_some(n))
+            })
+            .await?;
+            let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+            ensure!(
+                allocatable.contains_key("pods"),
+                "{name}: allocatable without pods: {allocatable:?}"
+            );
+        }
+        Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
 #[tokio::test]
 async fn extended_resource_pods_schedule_run_and_are_tracked() -> anyhow::Result<()> {
     let (client, pool, node, namespace, cleanup) = kwok_scenario("ext").await?;

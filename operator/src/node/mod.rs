@@ -117,6 +117,11 @@ async fn ensure_node(
     gpu: &ResolvedGpu,
     topology: &NodeTopology,
 ) -> Result<()> {
+    // KWOK writes its status when it sees the node; the node's next event brings it back here.
+    if !has_kubelet(node) && !status::kwok_initialized(node) {
+        debug!(node = %node.name_any(), "waiting for KWOK to initialize the node's status");
+        return Ok(());
+    }
     let labels = labels::desired_labels(pool, gpu, has_kubelet(node));
     let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
     let unhealthy = topology.gpus.iter().filter(|g| !g.health.is_healthy());

@@ -212,6 +212,22 @@ pub fn node_current(node: &Node, intent: &NodeIntent) -> bool {
     labels_current(node.labels(), &intent.labels) && status_current(node, intent)
 }
 
+/// Whether KWOK has given the node its status yet: an allocatable entry that is not fakegpu's.
+/// KWOK's node-initialize Stage keeps the allocatable a node has and writes its defaults (cpu,
+/// memory, pods) only when there is none, and replaces the conditions; applied before it, our
+/// capacity would become the node's whole allocatable, without `pods`, and the scheduler would
+/// find room for no pod at all ("Too many pods").
+pub fn kwok_initialized(node: &Node) -> bool {
+    let ours = owned_keys(
+        owned_fields(node, Some(STATUS)),
+        &["f:status", "f:allocatable"],
+    );
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .is_some_and(|allocatable| allocatable.keys().any(|name| !ours.contains(name)))
+}
+
 /// Whether fakegpu owns anything in the node's status (a node leaving its pool must then have
 /// it taken back).
 pub fn owns_status(node: &Node) -> bool {
@@ -415,5 +431,28 @@ mod tests {
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "5");
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/hostdev"], "2");
         assert_eq!(patch["status"]["conditions"], json!([]));
+    }
+
+    #[test]
+    fn kwok_nodes_are_initialized_once_they_have_allocatable_of_their_own() {
+        let intent = NodeIntent {
+            resources: BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("8".into()))]),
+            ..NodeIntent::default()
+        };
+        // Just created: no status, KWOK has not seen it.
+        assert!(!kwok_initialized(&node(json!({"metadata": {"name": "n"}}))));
+        // KWOK's defaults (or the node's own), then fakegpu's on top.
+        assert!(kwok_initialized(&applied(&NodeIntent::default())));
+        assert!(kwok_initialized(&applied(&intent)));
+        // Only fakegpu's entries: what KWOK would keep as the whole allocatable.
+        let mut ours_only = applied(&intent);
+        let status = ours_only.status.as_mut().expect("status");
+        for list in [&mut status.capacity, &mut status.allocatable] {
+            list.as_mut().expect("entries").remove("cpu");
+        }
+        assert!(!kwok_initialized(&ours_only));
+        // Entries a user wrote at creation count, even under names fakegpu also writes.
+        assert!(kwok_initialized(&node(json!({"metadata": {"name": "n"},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}))));
     }
 }
