@@ -5,6 +5,11 @@
 #
 #   hack/bench/scale.sh [NODES ...]          default: 100 1000
 #   FAKEGPU_BENCH_POOLS=4 FAKEGPU_BENCH_PODS=500 hack/bench/scale.sh 5000
+#   FAKEGPU_BENCH_PROFILE_SECS=40 hack/bench/scale.sh 10000   # + kube-apiserver CPU profile
+#
+# With FAKEGPU_BENCH_PROFILE_SECS, kube-apiserver's CPU is profiled (its /debug/pprof, as
+# admin) for that many seconds from the moment the pools are applied; the profile lands in
+# .cache/bench/apiserver-<nodes>.pprof (`go tool pprof -top` it; the summary is printed).
 #
 # Not a test: nothing is asserted. Results land in .cache/bench/results.md as well.
 set -euo pipefail
@@ -29,7 +34,7 @@ trap cleanup EXIT
 hack/cluster.sh build
 cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale
 
-header="| nodes | pools | node creation s | converge s | operator CPU s | operator peak RSS MiB | first-pass writes/node | resync writes | GPU pods/s | plain pods/s (operator stopped) |"
+header="| nodes | pools | nodes up s (created, KWOK-initialized) | converge s | operator CPU s | operator peak RSS MiB | first-pass writes/node | resync writes | GPU pods/s | plain pods/s (operator stopped) |"
 {
   echo "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: hack/bench/scale.sh ${sizes[*]} (pools=$pools pods=$pods)"
   echo
@@ -37,6 +42,13 @@ header="| nodes | pools | node creation s | converge s | operator CPU s | operat
   echo "|---|---|---|---|---|---|---|---|---|---|"
 } >"$results"
 profiles=()
+# The driver logs "pools applied" when it applies the pools: convergence starts there.
+profile_apiserver() {
+  local out=$repo/.cache/bench/apiserver-$1.pprof
+  until grep -qs '^pools applied' "$FAKEGPU_CLUSTER_DIR/driver.log"; do sleep 0.2; done
+  "$repo/target/hack-bin/kubectl" get --raw \
+    "/debug/pprof/profile?seconds=$FAKEGPU_BENCH_PROFILE_SECS" >"$out"
+}
 for n in "${sizes[@]}"; do
   cleanup
   rm -rf "$FAKEGPU_CLUSTER_DIR"
@@ -45,12 +57,21 @@ for n in "${sizes[@]}"; do
   hack/operator.sh install
   hack/operator.sh restart
   echo "==> $n nodes, $pools pools, $pods pods" >&2
+  rm -f "$FAKEGPU_CLUSTER_DIR/driver.log"
+  if [[ -n ${FAKEGPU_BENCH_PROFILE_SECS:-} ]]; then
+    profile_apiserver "$n" &
+  fi
   # Progress goes to driver.log (tail -f it); it is shown when the size is done.
   target/release/scale --nodes "$n" --pools "$pools" --pods "$pods" \
     2>"$FAKEGPU_CLUSTER_DIR/driver.log" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
   cat "$FAKEGPU_CLUSTER_DIR/driver.log" >&2
   head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
   profiles+=("$n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
+  wait
+  if [[ -s $repo/.cache/bench/apiserver-$n.pprof ]]; then
+    echo "==> kube-apiserver CPU profile, $n nodes (.cache/bench/apiserver-$n.pprof)" >&2
+    go tool pprof -top -cum -nodecount=40 "$repo/.cache/bench/apiserver-$n.pprof" >&2 2>/dev/null || true
+  fi
 done
 {
   echo
