@@ -1,12 +1,12 @@
 //! Scale benchmark driver; `hack/bench/scale.sh` runs it against a fresh local control plane
 //! with the operator (release build) running as its ServiceAccount.
 //!
-//! One run: create N KWOK nodes spread over P pools, apply the pools, and measure until every
-//! node has its labels, capacity, ResourceSlice (DRA pools) and topology ConfigMap; the
-//! operator's CPU time and peak RSS; its writes per node in the first pass and in a resync
-//! (operator restart); then how fast the real scheduler binds M pods asking for
-//! `nvidia.com/gpu`, and M plain pods with the operator stopped (the same cluster without
-//! fakegpu at work). Prints one Markdown table row and one JSON line.
+//! One run: create N KWOK nodes spread over P pools, wait until KWOK has initialized them, apply
+//! the pools, and measure until every node has its labels, capacity, ResourceSlice (DRA pools)
+//! and topology ConfigMap; the operator's CPU time and peak RSS; its writes per node in the
+//! first pass and in a resync (operator restart); then how fast the real scheduler binds M pods
+//! asking for `nvidia.com/gpu`, and M plain pods with the operator stopped (the same cluster
+//! without fakegpu at work). Prints one Markdown table row and one JSON line.
 
 use std::{
     collections::BTreeMap,
