@@ -18,6 +18,14 @@ pub fn metadata_current<K: Resource>(current: &K, desired: &K) -> bool {
 /// ever in memory: no object on the API server carries it.
 pub const CACHED_DIGEST: &str = "fakegpu.dev/cached-digest";
 
+/// Where the node cache records the [`digest`] of the labels it dropped: those fakegpu alone
+/// owns, which the operator only compares. In memory only, like [`CACHED_DIGEST`].
+pub const CACHED_LABELS: &str = "fakegpu.dev/cached-labels-digest";
+
+/// Where the node cache records which status entries fakegpu's apply owns, in place of the
+/// managed fields it drops. In memory only, like [`CACHED_DIGEST`].
+pub const CACHED_OWNED_STATUS: &str = "fakegpu.dev/cached-owned-status";
+
 /// A digest of `value`, for caches that hold a digest in place of content they only compare:
 /// equal for equal values within one process (not stable across builds, never written out).
 pub fn digest(value: &impl serde::Serialize) -> String {

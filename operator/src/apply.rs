@@ -147,14 +147,6 @@ where
     }
 }
 
-/// Trims a cached object to fakegpu's own managed-fields entries, all that [`owned_fields`]
-/// reads.
-pub fn keep_own_managed_fields<K: Resource>(object: &mut K) {
-    if let Some(entries) = object.meta_mut().managed_fields.as_mut() {
-        entries.retain(|entry| entry.manager.as_deref() == Some(FIELD_MANAGER));
-    }
-}
-
 /// Drops a cached object's managed fields, for kinds whose ownership nothing reads.
 pub fn drop_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;

@@ -1,14 +1,18 @@
 //! The labels a pool's node carries: GPU feature discovery's set, the GPU Operator's deploy
 //! labels and the reference fake GPU operator's own, so selectors written for any of them match.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fakegpu_api::{
-    names::{fakegpu::POOL_LABEL, label},
+    meta::{CACHED_LABELS, digest},
+    names::{FIELD_MANAGER, fakegpu::POOL_LABEL, label},
     pool::{GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value},
 };
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+
+use crate::apply::owned_keys;
 
 /// Desired labels of a node owned by `pool`. `has_kubelet` is false for KWOK nodes, which get
 /// no deploy labels for node-local plugins (the operator serves them centrally).
@@ -150,15 +154,54 @@ fn engine_labels(engines: &MigEngines) -> [(&'static str, u32); 5] {
 }
 
 /// Whether a node's labels already are what the operator wants: every desired label has its
-/// value, and no other label of the operator's is left over.
-pub fn labels_current(
-    current: &BTreeMap<String, String>,
-    desired: &BTreeMap<String, String>,
-) -> bool {
-    desired.iter().all(|(k, v)| current.get(k) == Some(v))
+/// value (those the cache dropped, by their digest: see [`digest_own_labels`]), and no other
+/// label of the operator's is left over.
+pub fn labels_current(node: &Node, desired: &BTreeMap<String, String>) -> bool {
+    let current = node.labels();
+    let missing: BTreeMap<&String, &String> = desired
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(v))
+        .collect();
+    let dropped_as_desired = match node.annotations().get(CACHED_LABELS) {
+        Some(recorded) => *recorded == digest(&missing),
+        None => missing.is_empty(),
+    };
+    dropped_as_desired
         && current
             .keys()
             .all(|key| desired.contains_key(key) || !label::is_operator_label(key))
+}
+
+/// Replaces, in a cached node, the labels only fakegpu owns with their digest (annotation
+/// [`CACHED_LABELS`]): the operator compares them and reads none, and at 10 000 nodes GFD's
+/// thirty-odd labels were a fifth of its memory. Labels someone else owns too stay (a pool's
+/// node selector may read them), and so does the pool label, which membership reads. Needs the
+/// managed fields, so it runs before they are dropped.
+pub fn digest_own_labels(node: &mut Node) {
+    let mut ours = BTreeSet::new();
+    let mut theirs = BTreeSet::new();
+    for entry in node.managed_fields() {
+        let keys = owned_keys(
+            entry.fields_v1.as_ref().map(|f| &f.0),
+            &["f:metadata", "f:labels"],
+        );
+        if entry.manager.as_deref() == Some(FIELD_MANAGER) {
+            ours.extend(keys);
+        } else {
+            theirs.extend(keys);
+        }
+    }
+    let labels = node.labels_mut();
+    let dropped: BTreeMap<String, String> = ours
+        .difference(&theirs)
+        .filter(|key| key.as_str() != POOL_LABEL)
+        .filter_map(|key| labels.remove_entry(key))
+        .collect();
+    let annotations = node.annotations_mut();
+    annotations.remove(CACHED_LABELS);
+    if !dropped.is_empty() {
+        annotations.insert(CACHED_LABELS.to_owned(), digest(&dropped));
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +213,11 @@ mod tests {
 
     fn pool(spec: serde_json::Value) -> std::sync::Arc<GpuNodePool> {
         crate::testing::pool("p", 0, spec)
+    }
+
+    fn labelled(labels: &BTreeMap<String, String>) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels}}))
+            .expect("test node")
     }
 
     fn labels_of(spec: serde_json::Value, has_kubelet: bool) -> BTreeMap<String, String> {
@@ -218,8 +266,8 @@ mod tests {
         assert_eq!(single["nvidia.com/gpu.engines.ofa"], "0");
         // Labels of a layout the pool no longer has are the operator's to remove.
         let plain = labels_of(json!({"gpu": {"profile": "a100-80gb"}}), false);
-        assert!(!labels_current(&mixed, &plain));
-        assert!(labels_current(&plain, &plain));
+        assert!(!labels_current(&labelled(&mixed), &plain));
+        assert!(labels_current(&labelled(&plain), &plain));
     }
 
     #[test]
@@ -329,14 +377,63 @@ mod tests {
         let desired = labels_of(json!({"gpu": {"profile": "a100"}}), false);
         let mut current = desired.clone();
         current.insert("kubernetes.io/hostname".into(), "n".into());
-        assert!(labels_current(&current, &desired));
+        assert!(labels_current(&labelled(&current), &desired));
         current.insert(label::DEPLOY_DEVICE_PLUGIN.into(), "true".into());
         assert!(
-            !labels_current(&current, &desired),
+            !labels_current(&labelled(&current), &desired),
             "leftover operator label"
         );
         let mut changed = desired.clone();
         changed.insert(label::GPU_COUNT.into(), "4".into());
-        assert!(!labels_current(&changed, &desired));
+        assert!(!labels_current(&labelled(&changed), &desired));
+    }
+
+    /// A node carrying `desired` as fakegpu's status apply wrote it, with `extra` labels a
+    /// user set (and `nvidia.com/gpu.product` set by the user too), then cached.
+    fn cached(desired: &BTreeMap<String, String>) -> Node {
+        let owned: serde_json::Map<String, serde_json::Value> = desired
+            .keys()
+            .map(|k| (format!("f:{k}"), json!({})))
+            .collect();
+        let mut labels = desired.clone();
+        labels.insert("kubernetes.io/hostname".into(), "n".into());
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": labels, "managedFields": [
+                {"manager": "kubectl-label", "operation": "Update", "fieldsV1": {"f:metadata":
+                    {"f:labels": {"f:kubernetes.io/hostname": {}, "f:nvidia.com/gpu.product": {}}}}},
+                {"manager": "fakegpu", "operation": "Apply", "subresource": "status",
+                    "fieldsV1": {"f:metadata": {"f:labels": owned}}}]},
+        }))
+        .expect("test node");
+        digest_own_labels(&mut node);
+        node
+    }
+
+    #[test]
+    fn the_cache_keeps_a_digest_of_the_labels_only_fakegpu_owns() {
+        let mut desired = labels_of(json!({"gpu": {"profile": "a100"}}), false);
+        desired.insert(POOL_LABEL.into(), "p".into());
+        let node = cached(&desired);
+        // Kept: others' labels, one fakegpu shares with a user, the pool label.
+        let kept: Vec<&str> = node.labels().keys().map(String::as_str).collect();
+        assert_eq!(
+            kept,
+            [POOL_LABEL, "kubernetes.io/hostname", label::GPU_PRODUCT]
+        );
+        assert!(node.annotations().contains_key(CACHED_LABELS));
+        assert!(labels_current(&node, &desired));
+
+        let mut changed = desired.clone();
+        changed.insert(label::GPU_COUNT.into(), "4".into());
+        assert!(!labels_current(&node, &changed), "a dropped label changed");
+        let mut more = desired.clone();
+        more.insert(label::DEPLOY_DEVICE_PLUGIN.into(), "true".into());
+        assert!(!labels_current(&node, &more), "a label added");
+        let mut fewer = desired.clone();
+        fewer.remove(label::GPU_COUNT);
+        assert!(!labels_current(&node, &fewer), "a dropped label unwanted");
+        let mut product = desired.clone();
+        product.insert(label::GPU_PRODUCT.into(), "other".into());
+        assert!(!labels_current(&node, &product), "a kept label changed");
     }
 }

@@ -37,18 +37,14 @@ use crate::{
     tracking,
 };
 
-/// Trims a cached node to what the controllers read: metadata (fakegpu's managed-fields entry,
-/// without the labels it owns: labels are compared by value), capacity, allocatable and the
-/// fractioning condition. At 10 000 nodes the rest (images, addresses, node info, the
-/// kubelet's conditions, spec) is most of the operator's memory.
+/// Trims a cached node to what the controllers read: metadata (the labels only fakegpu owns
+/// and the managed fields as digests and summaries: see [`labels::digest_own_labels`] and
+/// [`status::record_owned_status`]), capacity, allocatable and the fractioning condition. At
+/// 10 000 nodes the rest (images, addresses, node info, the kubelet's conditions, spec) is most
+/// of the operator's memory.
 pub fn slim(node: &mut Node) {
-    apply::keep_own_managed_fields(node);
-    for entry in node.metadata.managed_fields.iter_mut().flatten() {
-        if let Some(serde_json::Value::Object(fields)) = entry.fields_v1.as_mut().map(|f| &mut f.0)
-        {
-            fields.remove("f:metadata");
-        }
-    }
+    labels::digest_own_labels(node);
+    status::record_owned_status(node);
     node.spec = None;
     if let Some(status) = node.status.as_mut() {
         *status = NodeStatus {
@@ -425,17 +421,18 @@ mod tests {
             },
         }))
         .expect("test node");
+        let owned = status::OwnedStatus::of(&node).expect("own entry");
         slim(&mut node);
-        assert_eq!(node.labels()["a"], "b");
+        // `a` is fakegpu's alone: compared by digest, not kept.
+        assert!(!node.labels().contains_key("a"));
+        assert!(labels::labels_current(
+            &node,
+            &std::collections::BTreeMap::from([("a".to_owned(), "b".to_owned())])
+        ));
         assert!(node.spec.is_none());
-        let managers: Vec<_> = node
-            .managed_fields()
-            .iter()
-            .map(|m| m.manager.clone())
-            .collect();
-        assert_eq!(managers, [Some("fakegpu".to_owned())]);
-        let owned = apply::owned_fields(&node, Some("status")).expect("own entry");
-        assert_eq!(owned, &json!({"f:status": {"f:capacity": {}}}));
+        assert!(node.metadata.managed_fields.is_none());
+        assert_eq!(status::OwnedStatus::of(&node), Some(owned));
+        assert!(status::owns_status(&node));
         let status = node.status.expect("status");
         assert_eq!(status.allocatable.expect("allocatable").len(), 2);
         assert!(status.images.is_none());

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     GpuNodePool,
+    meta::CACHED_OWNED_STATUS,
     names::{condition::GPU_FRACTIONING_READY, resource},
     pool::{Backend, MigStrategy, resolve::ResolvedGpu},
 };
@@ -131,12 +132,57 @@ fn current_condition<'a>(node: &'a Node, type_: &str) -> Option<&'a NodeConditio
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
 }
 
+/// What fakegpu's status apply owns in a node: capacity and allocatable entries by resource
+/// name, conditions by type. The node cache keeps this (annotation [`CACHED_OWNED_STATUS`]) in
+/// place of the managed fields, whose nested maps cost some 4 KiB a node.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OwnedStatus {
+    capacity: Vec<String>,
+    allocatable: Vec<String>,
+    conditions: Vec<String>,
+}
+
+impl OwnedStatus {
+    /// None when fakegpu's status apply owns nothing in the node (labels included).
+    pub fn of(node: &Node) -> Option<Self> {
+        if node.metadata.managed_fields.is_none() {
+            let recorded = node.annotations().get(CACHED_OWNED_STATUS)?;
+            return serde_json::from_str(recorded).ok();
+        }
+        let fields = owned_fields(node, Some(STATUS))?;
+        let keys = |list| owned_keys(Some(fields), &["f:status", list]);
+        let conditions = fields
+            .get("f:status")
+            .and_then(|status| status.get("f:conditions")?.as_object())
+            .into_iter()
+            .flat_map(|conditions| conditions.keys())
+            .filter_map(|key| {
+                let key: serde_json::Value = serde_json::from_str(key.strip_prefix("k:")?).ok()?;
+                Some(key.get("type")?.as_str()?.to_owned())
+            })
+            .collect();
+        Some(Self {
+            capacity: keys("f:capacity"),
+            allocatable: keys("f:allocatable"),
+            conditions,
+        })
+    }
+}
+
+/// Replaces a cached node's managed fields with the [`OwnedStatus`] they tell.
+pub fn record_owned_status(node: &mut Node) {
+    let owned = OwnedStatus::of(node).filter(|_| node.metadata.managed_fields.is_some());
+    node.metadata.managed_fields = None;
+    let annotations = node.annotations_mut();
+    annotations.remove(CACHED_OWNED_STATUS);
+    if let Some(owned) = owned.and_then(|o| serde_json::to_string(&o).ok()) {
+        annotations.insert(CACHED_OWNED_STATUS.to_owned(), owned);
+    }
+}
+
 /// Whether fakegpu's status apply owns the condition of `type_`.
 fn owns_condition(node: &Node, type_: &str) -> bool {
-    let key = format!("k:{}", serde_json::json!({ "type": type_ }));
-    owned_fields(node, Some(STATUS))
-        .and_then(|fields| fields.get("f:status")?.get("f:conditions")?.get(&key))
-        .is_some()
+    OwnedStatus::of(node).is_some_and(|owned| owned.conditions.iter().any(|c| c == type_))
 }
 
 /// The fractioning condition a node of `pool` should carry: on fake-backend pools once
@@ -179,10 +225,9 @@ pub fn desired_fractioning(
 /// Whether the node's status already is what fakegpu wants of it: the entries it owns are
 /// exactly the desired ones, with the desired values.
 pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
-    let owned = owned_fields(node, Some(STATUS));
+    let owned = OwnedStatus::of(node).unwrap_or_default();
     let status = node.status.as_ref();
-    for list in ["f:capacity", "f:allocatable"] {
-        let mut keys = owned_keys(owned, &["f:status", list]);
+    for mut keys in [owned.capacity, owned.allocatable] {
         keys.sort();
         if !keys.iter().eq(intent.resources.keys()) {
             return false;
@@ -209,7 +254,7 @@ pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
 
 /// Whether the node already is what fakegpu wants of it: labels and status entries.
 pub fn node_current(node: &Node, intent: &NodeIntent) -> bool {
-    labels_current(node.labels(), &intent.labels) && status_current(node, intent)
+    labels_current(node, &intent.labels) && status_current(node, intent)
 }
 
 /// Whether KWOK has given the node its status yet: an allocatable entry that is not fakegpu's.
@@ -218,10 +263,9 @@ pub fn node_current(node: &Node, intent: &NodeIntent) -> bool {
 /// capacity would become the node's whole allocatable, without `pods`, and the scheduler would
 /// find room for no pod at all ("Too many pods").
 pub fn kwok_initialized(node: &Node) -> bool {
-    let ours = owned_keys(
-        owned_fields(node, Some(STATUS)),
-        &["f:status", "f:allocatable"],
-    );
+    let ours = OwnedStatus::of(node)
+        .map(|owned| owned.allocatable)
+        .unwrap_or_default();
     node.status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())
@@ -231,7 +275,7 @@ pub fn kwok_initialized(node: &Node) -> bool {
 /// Whether fakegpu owns anything in the node's status (a node leaving its pool must then have
 /// it taken back).
 pub fn owns_status(node: &Node) -> bool {
-    owned_fields(node, Some(STATUS)).is_some()
+    OwnedStatus::of(node).is_some()
 }
 
 /// The body of the status apply for `intent`, labels included.
