@@ -128,6 +128,22 @@ fn cpu_by_process(operator: u32) -> anyhow::Result<BTreeMap<&'static str, f64>> 
     Ok(cpu)
 }
 
+/// Cores each process kept busy between two [`cpu_by_process`] samples `over` apart.
+fn cpu_share(
+    before: &BTreeMap<&'static str, f64>,
+    after: &BTreeMap<&'static str, f64>,
+    over: Duration,
+) -> String {
+    after
+        .iter()
+        .map(|(name, cpu)| {
+            let used = cpu - before.get(name).copied().unwrap_or(0.0);
+            format!("{name} {:.2}", used / over.as_secs_f64())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The operator's write counters by kind and verb.
 fn operator_writes_by_kind() -> anyhow::Result<Vec<(String, u64)>> {
     let text = http_get(&operator_address(), "/metrics")?;
@@ -343,6 +359,17 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("KWOK initialized the nodes {node_init:.1?} later");
 
     let pid = operator_pid()?;
+    // What the cluster costs with no pool at all (KWOK's heartbeats and leases, the controllers'
+    // resyncs): the floor under every number below.
+    let idle_before = cpu_by_process(pid)?;
+    let idle = Duration::from_secs(10);
+    tokio::time::sleep(idle).await;
+    eprintln!(
+        "CPU cores busy before any pool ({:.0?} idle): {}",
+        idle,
+        cpu_share(&idle_before, &cpu_by_process(pid)?, idle)
+    );
+
     let writes_before = operator_writes()?;
     let (cpu_before, _) = process_usage(pid)?;
     let profile_before = cpu_by_process(pid)?;
