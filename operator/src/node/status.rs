@@ -456,6 +456,20 @@ mod tests {
         // The node leaves: an empty intent is not current while fakegpu still owns entries.
         assert!(!status_current(&node, &NodeIntent::default()));
         assert!(status_current(&bare, &NodeIntent::default()));
+
+        // The cache's summary in place of the managed fields answers the same.
+        let mut cached = node.clone();
+        record_owned_status(&mut cached);
+        assert!(cached.metadata.managed_fields.is_none());
+        assert_eq!(OwnedStatus::of(&cached), OwnedStatus::of(&node));
+        assert!(owns_condition(&cached, GPU_FRACTIONING_READY));
+        assert!(status_current(&cached, &intent));
+        assert!(!status_current(&cached, &smaller));
+        assert!(!status_current(&cached, &NodeIntent::default()));
+        assert_eq!(kwok_initialized(&cached), kwok_initialized(&node));
+        let mut never_applied = bare.clone();
+        record_owned_status(&mut never_applied);
+        assert!(!owns_status(&never_applied));
     }
 
     #[test]
