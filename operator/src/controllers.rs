@@ -1,10 +1,10 @@
 //! Wiring: one watch per kind feeds one cache; the event streams reach the controllers that
 //! need them.
 //!
-//! Every kind goes the same way: watcher -> reflector (the cache reconciles read) ->
-//! `touched_objects()` (applied *and* deleted objects: a deleted node changes its pool's status,
-//! a deleted topology ConfigMap must be written again) -> a fan-out to the controllers that need
-//! the events. kube's shared-store subscriptions were not used: they pass on applied objects
+//! Every kind goes the same way: watcher -> reflector (the cache reconciles read) -> the
+//! touched objects as the cache's own `Arc`s ([`shared_touched`]: applied *and* deleted objects:
+//! a deleted node changes its pool's status, a deleted topology ConfigMap must be written again)
+//! -> a fan-out to the controllers that need the events. kube's shared-store subscriptions were not used: they pass on applied objects
 //! only, and under load a pool deletion was seen to go unnoticed through them.
 
 use std::{collections::HashMap, sync::Arc};
@@ -173,7 +173,7 @@ pub async fn run(
     // Pods also feed the node -> pods index, from the same events as their store.
     let index = pods_by_node.clone();
     let pod_store = pod_writer.as_reader();
-    let pod_events = shared_with(
+    let pod_events = shared_touched(
         pod_store,
         log_errors(
             watcher(
@@ -183,8 +183,7 @@ pub async fn run(
             .default_backoff()
             .modify(pods::slim)
             .reflect(pod_writer)
-            .inspect_ok(move |event| index.apply_watcher_event(event))
-            .touched_objects(),
+            .inspect_ok(move |event| index.apply_watcher_event(event)),
         ),
     );
     let (pod_events, [pods_for_nodes]) = fan_out(pod_events);
@@ -364,32 +363,49 @@ where
         + 'static,
 {
     let store = writer.as_reader();
-    shared_with(
+    shared_touched(
         store,
         log_errors(
             watcher(api, config.page_size(LIST_PAGE_SIZE))
                 .default_backoff()
                 .modify(modify)
-                .reflect(writer)
-                .touched_objects(),
+                .reflect(writer),
         ),
     )
 }
 
-/// Each object of `objects` as the cache's own `Arc` of it (the cache took it just before),
-/// rather than a second copy: until the controllers start, their streams hold every object of
-/// the initial lists. Deleted objects, gone from the cache, keep theirs.
-pub(crate) fn shared_with<K>(
+/// The objects a watch touched (applied or deleted), each as the cache's own `Arc` rather than
+/// a second copy: until the controllers start, their streams hold every object of the initial
+/// lists. A list's objects are passed on when the list is complete, since only then does the
+/// cache hold them (it swaps a whole list in at once); passed on as they arrived, each was a
+/// copy next to the cache's, and a restart's peak memory held both. Deleted objects, gone from
+/// the cache, keep theirs.
+pub(crate) fn shared_touched<K>(
     store: Store<K>,
-    objects: impl Stream<Item = K>,
+    events: impl Stream<Item = watcher::Event<K>>,
 ) -> impl Stream<Item = Arc<K>>
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
-    objects.map(move |object| {
-        store
-            .get(&ObjectRef::from_obj(&object))
-            .unwrap_or_else(|| Arc::new(object))
+    let mut listed: Vec<ObjectRef<K>> = Vec::new();
+    events.flat_map(move |event| {
+        let objects: Vec<Arc<K>> = match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => vec![
+                store
+                    .get(&ObjectRef::from_obj(&object))
+                    .unwrap_or_else(|| Arc::new(object)),
+            ],
+            watcher::Event::Init => {
+                listed.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                listed.push(ObjectRef::from_obj(&object));
+                Vec::new()
+            }
+            watcher::Event::InitDone => listed.drain(..).filter_map(|r| store.get(&r)).collect(),
+        };
+        stream::iter(objects)
     })
 }
 
@@ -519,7 +535,7 @@ fn log_errors<K>(stream: impl Stream<Item = Result<K, watcher::Error>>) -> impl 
 
 /// Passes every item of `source` on to `N` streams, shared: until the controllers start (after
 /// every cache is full) the streams hold every object of the initial lists (the caches' own,
-/// see [`shared_with`]). The returned future drives `source` and ends with it; the controllers
+/// see [`shared_touched`]). The returned future drives `source` and ends with it; the controllers
 /// drain their streams promptly (they deduplicate queued work).
 pub(crate) fn fan_out<T, const N: usize>(
     source: impl Stream<Item = Arc<T>>,
@@ -538,4 +554,56 @@ pub(crate) fn fan_out<T, const N: usize>(
         future::ready(())
     });
     (drive, receivers)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn touched_objects_are_the_caches_own_and_a_list_comes_whole() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let events = vec![
+            Event::Init,
+            Event::InitApply(cm("a")),
+            Event::InitApply(cm("b")),
+            Event::InitDone,
+            Event::Apply(cm("c")),
+            Event::Delete(cm("a")),
+        ];
+        // As `reflect` does: the cache takes each event before it is passed on.
+        let reflected = stream::iter(events).map(move |event| {
+            writer.apply_watcher_event(&event);
+            event
+        });
+        let touched: Vec<Arc<ConfigMap>> = shared_touched(store.clone(), reflected).collect().await;
+        let names: Vec<String> = touched.iter().map(|o| o.name_any()).collect();
+        assert_eq!(names, ["a", "b", "c", "a"]);
+        // "b" and "c" are the cache's own Arcs, not copies; the deleted "a" is its own.
+        for object in &touched[1..3] {
+            let cached = store
+                .get(&ObjectRef::from_obj(object.as_ref()))
+                .expect("cached");
+            assert!(Arc::ptr_eq(object, &cached), "{}", object.name_any());
+        }
+        assert!(
+            store
+                .get(&ObjectRef::from_obj(touched[3].as_ref()))
+                .is_none()
+        );
+    }
 }
