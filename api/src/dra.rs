@@ -349,13 +349,14 @@ fn device_identity(
 pub fn forget_devices(slice: &mut ResourceSlice) {
     let digest = crate::meta::digest(&device_identity(&slice.spec));
     slice.spec.devices = None;
-    crate::meta::record_digest(slice, digest);
+    crate::meta::record_digest(slice, crate::meta::CACHED_DIGEST, Some(digest));
 }
 
 /// Whether `current` (whole, or without its devices) has the devices `desired` describes.
 fn same_devices(current: &ResourceSlice, desired: &ResourceSliceSpec) -> bool {
     crate::meta::same_content(
         current,
+        crate::meta::CACHED_DIGEST,
         &device_identity(&current.spec),
         &device_identity(desired),
     )

@@ -39,22 +39,26 @@ pub fn digest(value: &impl serde::Serialize) -> String {
     format!("{:016x}", hasher.finish())
 }
 
-/// Records `digest` (of content the caller drops from `object`) on `object`, for
-/// [`same_content`]. Overwrites any annotation of that name the object came with.
-pub fn record_digest<K: Resource>(object: &mut K, digest: String) {
-    object
-        .annotations_mut()
-        .insert(CACHED_DIGEST.to_owned(), digest);
+/// Records under `key` the `digest` of content the caller dropped from `object`, for
+/// [`same_content`]; with none (nothing dropped), removes any annotation of that name the
+/// object came with, which would otherwise be taken for a digest.
+pub fn record_digest<K: Resource>(object: &mut K, key: &str, digest: Option<String>) {
+    let annotations = object.annotations_mut();
+    match digest {
+        Some(digest) => annotations.insert(key.to_owned(), digest),
+        None => annotations.remove(key),
+    };
 }
 
-/// Whether `current`, whose content is `current_content` unless a cache dropped it (see
-/// [`record_digest`]), has the content `desired`.
+/// Whether `current`, whose content is `current_content` unless a cache dropped it (its digest
+/// recorded under `key`, see [`record_digest`]), has the content `desired`.
 pub fn same_content<K: Resource, T: serde::Serialize + PartialEq>(
     current: &K,
+    key: &str,
     current_content: &T,
     desired: &T,
 ) -> bool {
-    match current.annotations().get(CACHED_DIGEST) {
+    match current.annotations().get(key) {
         Some(recorded) => *recorded == digest(desired),
         None => current_content == desired,
     }

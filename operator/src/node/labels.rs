@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fakegpu_api::{
-    meta::{CACHED_LABELS, digest},
+    meta::{CACHED_LABELS, digest, record_digest, same_content},
     names::{FIELD_MANAGER, fakegpu::POOL_LABEL, label},
     pool::{GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value},
@@ -162,11 +162,8 @@ pub fn labels_current(node: &Node, desired: &BTreeMap<String, String>) -> bool {
         .iter()
         .filter(|(k, v)| current.get(*k) != Some(v))
         .collect();
-    let dropped_as_desired = match node.annotations().get(CACHED_LABELS) {
-        Some(recorded) => *recorded == digest(&missing),
-        None => missing.is_empty(),
-    };
-    dropped_as_desired
+    // The labels the cache dropped are what is missing, or nothing is.
+    same_content(node, CACHED_LABELS, &BTreeMap::new(), &missing)
         && current
             .keys()
             .all(|key| desired.contains_key(key) || !label::is_operator_label(key))
@@ -197,11 +194,8 @@ pub fn digest_own_labels(node: &mut Node) {
         .filter(|key| key.as_str() != POOL_LABEL)
         .filter_map(|key| labels.remove_entry(key))
         .collect();
-    let annotations = node.annotations_mut();
-    annotations.remove(CACHED_LABELS);
-    if !dropped.is_empty() {
-        annotations.insert(CACHED_LABELS.to_owned(), digest(&dropped));
-    }
+    let digest = (!dropped.is_empty()).then(|| digest(&dropped));
+    record_digest(node, CACHED_LABELS, digest);
 }
 
 #[cfg(test)]

@@ -143,12 +143,17 @@ pub struct OwnedStatus {
 }
 
 impl OwnedStatus {
-    /// None when fakegpu's status apply owns nothing in the node (labels included).
+    /// None when fakegpu's status apply owns nothing in the node (labels included). Read from
+    /// the managed fields, or from the summary a cache kept of them.
     pub fn of(node: &Node) -> Option<Self> {
         if node.metadata.managed_fields.is_none() {
             let recorded = node.annotations().get(CACHED_OWNED_STATUS)?;
             return serde_json::from_str(recorded).ok();
         }
+        Self::from_managed_fields(node)
+    }
+
+    fn from_managed_fields(node: &Node) -> Option<Self> {
         let fields = owned_fields(node, Some(STATUS))?;
         let keys = |list| owned_keys(Some(fields), &["f:status", list]);
         let conditions = fields
@@ -171,7 +176,7 @@ impl OwnedStatus {
 
 /// Replaces a cached node's managed fields with the [`OwnedStatus`] they tell.
 pub fn record_owned_status(node: &mut Node) {
-    let owned = OwnedStatus::of(node).filter(|_| node.metadata.managed_fields.is_some());
+    let owned = OwnedStatus::from_managed_fields(node);
     node.metadata.managed_fields = None;
     let annotations = node.annotations_mut();
     annotations.remove(CACHED_OWNED_STATUS);

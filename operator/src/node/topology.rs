@@ -167,18 +167,15 @@ pub fn desired_configmap(
 pub fn forget_free_document(cm: &mut ConfigMap) {
     let free =
         NodeTopology::from_configmap(cm).is_ok_and(|doc| !doc.gpus.iter().any(GpuTopology::in_use));
-    if free {
-        let digest = meta::digest(&cm.data);
-        cm.data = None;
-        meta::record_digest(cm, digest);
-    }
+    let digest = free.then(|| meta::digest(&cm.data.take()));
+    meta::record_digest(cm, meta::CACHED_DIGEST, digest);
 }
 
 /// Whether the cached ConfigMap (whole, or without a free document) already is the desired one
 /// (what this operator sets of it).
 pub fn configmap_current(current: &ConfigMap, desired: &ConfigMap) -> bool {
     meta::metadata_current(current, desired)
-        && meta::same_content(current, &current.data, &desired.data)
+        && meta::same_content(current, meta::CACHED_DIGEST, &current.data, &desired.data)
 }
 
 #[cfg(test)]
@@ -304,8 +301,14 @@ mod tests {
         assert!(!configmap_current(&cached, &cm(&used)));
         // A document in use is what a rebuild keeps usage from: it stays whole.
         let mut cached = cm(&used);
+        // A digest annotation the object came with is not taken for the cache's.
+        cached
+            .annotations_mut()
+            .insert(meta::CACHED_DIGEST.to_owned(), "0".into());
         forget_free_document(&mut cached);
         assert_eq!(cached.data, cm(&used).data);
+        assert!(!cached.annotations().contains_key(meta::CACHED_DIGEST));
+        assert!(configmap_current(&cached, &cm(&used)));
         assert!(NodeTopology::from_configmap(&cached).is_ok());
     }
 }
