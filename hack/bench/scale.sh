@@ -28,7 +28,12 @@ export FAKEGPU_OPERATOR_BIN=$repo/target/release/fakegpu-operator
 results=$repo/.cache/bench/results.md
 mkdir -p "$(dirname "$results")"
 
-cleanup() { hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true; }
+# A profiler still waiting for "pools applied" (the driver failed first) goes too.
+cleanup() {
+  kill $(jobs -p) 2>/dev/null || true
+  hack/operator.sh stop >/dev/null 2>&1 || true
+  hack/cluster.sh down >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 
 hack/cluster.sh build

@@ -21,9 +21,12 @@ use fakegpu_e2e::{
     process_usage,
 };
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, Node, Pod},
-    resource::v1::ResourceSlice,
+use k8s_openapi::{
+    api::{
+        core::v1::{ConfigMap, Node, Pod},
+        resource::v1::ResourceSlice,
+    },
+    apimachinery::pkg::api::resource::Quantity,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -128,18 +131,26 @@ fn cpu_by_process(operator: u32) -> anyhow::Result<BTreeMap<&'static str, f64>> 
     Ok(cpu)
 }
 
+/// CPU seconds each process used between two [`cpu_by_process`] samples.
+fn cpu_used(
+    before: &BTreeMap<&'static str, f64>,
+    after: BTreeMap<&'static str, f64>,
+) -> BTreeMap<&'static str, f64> {
+    after
+        .into_iter()
+        .map(|(name, cpu)| (name, cpu - before.get(name).copied().unwrap_or(0.0)))
+        .collect()
+}
+
 /// Cores each process kept busy between two [`cpu_by_process`] samples `over` apart.
 fn cpu_share(
     before: &BTreeMap<&'static str, f64>,
-    after: &BTreeMap<&'static str, f64>,
+    after: BTreeMap<&'static str, f64>,
     over: Duration,
 ) -> String {
-    after
+    cpu_used(before, after)
         .iter()
-        .map(|(name, cpu)| {
-            let used = cpu - before.get(name).copied().unwrap_or(0.0);
-            format!("{name} {:.2}", used / over.as_secs_f64())
-        })
+        .map(|(name, used)| format!("{name} {:.2}", used / over.as_secs_f64()))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -217,18 +228,22 @@ async fn create_nodes(client: &Client, args: &Args) -> anyhow::Result<()> {
         .await
 }
 
-/// How many benchmark nodes KWOK has given their status (allocatable `pods` among it).
+/// A node's allocatable once KWOK has given it its own (`pods` among it): GPUs without `pods`
+/// schedule nothing.
+fn initialized_allocatable(node: &Node) -> Option<&BTreeMap<String, Quantity>> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .filter(|a| a.contains_key("pods"))
+}
+
+/// How many benchmark nodes KWOK has given their status.
 fn initialized(nodes: &Store<Node>) -> usize {
     nodes
         .state()
         .iter()
         .filter(|node| node.name_any().starts_with("scale-"))
-        .filter(|node| {
-            node.status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .is_some_and(|a| a.contains_key("pods"))
-        })
+        .filter(|node| initialized_allocatable(node).is_some())
         .count()
 }
 
@@ -260,13 +275,9 @@ fn converged(
             let (_, gpus, dra) = pool_spec(index % args.pools);
             let pool = pool_name(index % args.pools);
             let labelled = node.labels().get("fakegpu.dev/pool") == Some(&pool);
-            // KWOK's own entries count too: GPUs without `pods` schedule nothing.
-            let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-            let capacity = allocatable.is_some_and(|a| {
-                a.contains_key("pods")
-                    && a.get("nvidia.com/gpu")
-                        .is_some_and(|q| q.0 == gpus.to_string())
-            });
+            let capacity = initialized_allocatable(node)
+                .and_then(|a| a.get("nvidia.com/gpu"))
+                .is_some_and(|q| q.0 == gpus.to_string());
             let cm = have_cm.contains(&format!("{}{name}", topology_names::CONFIGMAP_PREFIX));
             labelled && capacity && cm && (!dra || have_slice.contains(&name))
         })
@@ -367,7 +378,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!(
         "CPU cores busy before any pool ({:.0?} idle): {}",
         idle,
-        cpu_share(&idle_before, &cpu_by_process(pid)?, idle)
+        cpu_share(&idle_before, cpu_by_process(pid)?, idle)
     );
 
     let writes_before = operator_writes()?;
@@ -404,15 +415,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let converge = t0.elapsed();
     let (cpu_after, _) = process_usage(pid)?;
-    let profile: BTreeMap<&str, f64> = cpu_by_process(pid)?
-        .into_iter()
-        .map(|(name, after)| {
-            (
-                name,
-                after - profile_before.get(name).copied().unwrap_or(0.0),
-            )
-        })
-        .collect();
+    let profile = cpu_used(&profile_before, cpu_by_process(pid)?);
     let busy: f64 = profile.values().sum();
     eprintln!(
         "CPU seconds during convergence ({:.1} s wall, {:.1} CPU-s, {} cores): {}",
