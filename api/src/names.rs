@@ -51,6 +51,17 @@ pub mod label {
     pub const MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
     /// GPU feature discovery: true when any GPU on the node is MIG capable.
     pub const MIG_CAPABLE: &str = "nvidia.com/mig.capable";
+    /// NVIDIA's mig-manager and the reference's mig-faker: outcome of the node's last MIG
+    /// reconfiguration ([`MIG_CONFIG_STATE_SUCCESS`] or [`MIG_CONFIG_STATE_FAILED`]). Run:ai
+    /// waits for it after writing [`super::annotation::RUNAI_MIG_CONFIG`]; the operator sets it
+    /// on nodes that annotation reconfigures.
+    pub const MIG_CONFIG_STATE: &str = "nvidia.com/mig.config.state";
+    pub const MIG_CONFIG_STATE_SUCCESS: &str = "success";
+    pub const MIG_CONFIG_STATE_FAILED: &str = "failed";
+    /// Run:ai: node role (value `true`) of nodes whose GPUs Run:ai partitions on demand. The
+    /// reference's mig-faker runs only there, and fakegpu reads
+    /// [`super::annotation::RUNAI_MIG_CONFIG`] only there.
+    pub const RUNAI_DYNAMIC_MIG: &str = "node-role.kubernetes.io/runai-dynamic-mig";
     /// GPU feature discovery: driver version, full (`550.163.01`).
     pub const CUDA_DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
     /// GPU feature discovery: highest CUDA version the driver supports, full (`12.4`).
@@ -131,6 +142,7 @@ pub mod label {
         GPU_MODE,
         MIG_CAPABLE,
         MIG_STRATEGY,
+        MIG_CONFIG_STATE,
         MPS_CAPABLE,
         VGPU_PRESENT,
         CUDA_DRIVER_VERSION_MAJOR,
@@ -185,6 +197,17 @@ pub mod annotation {
     /// (`"0,3"`). The operator marks them `Unhealthy` in the topology document; the node
     /// agent's device plugin reports them so to the kubelet.
     pub const UNHEALTHY_GPUS: &str = "fakegpu.dev/unhealthy-gpus";
+
+    /// Node annotation Run:ai writes to partition GPUs on demand (dynamic MIG): a YAML document
+    /// in mig-parted's shape, `mig-configs.selected[]` with `devices` (GPU indices),
+    /// `mig-enabled` and `mig-devices` (`name`, `position`, `size`). Read by the operator on
+    /// nodes labelled [`super::label::RUNAI_DYNAMIC_MIG`]; see `pool::mig_config`.
+    pub const RUNAI_MIG_CONFIG: &str = "run.ai/mig.config";
+    /// Node annotation the operator answers [`RUNAI_MIG_CONFIG`] with, as the reference's
+    /// mig-faker does: base64 of a JSON object from GPU index to its instances'
+    /// `position`, `device_uuid` (`MIG-...`) and `gpu_instance_id`. Run:ai reads it to find the
+    /// instances it asked for.
+    pub const RUNAI_MIG_MAPPING: &str = "run.ai/mig-mapping";
 }
 
 /// Extended resources and DRA names.

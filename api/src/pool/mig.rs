@@ -72,9 +72,9 @@ pub enum MigError {
     SingleNeedsAll(u32),
 }
 
-/// Places `profiles` on one GPU's memory slices, largest first, each at the first start that
-/// is a multiple of its size (how NVML's placements line up).
-fn place(profiles: &[&'static MigProfile]) -> Result<Vec<MigInstance>, String> {
+/// Whether `profiles`, together on one GPU, stay within its compute slices and each profile's
+/// instance limit.
+pub(super) fn check_counts(profiles: &[&'static MigProfile]) -> Result<(), String> {
     let compute: u32 = profiles.iter().map(|p| p.compute_slices).sum();
     if compute > COMPUTE_SLICES {
         return Err(format!(
@@ -90,23 +90,76 @@ fn place(profiles: &[&'static MigProfile]) -> Result<Vec<MigInstance>, String> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Memory slices an instance of `profile` occupies.
+fn size(profile: &MigProfile) -> u32 {
+    profile.memory_slices.clamp(1, MEMORY_SLICES)
+}
+
+/// Where an instance of `profile` may start: every multiple of its size that leaves it on the
+/// GPU (how NVML's placements line up).
+pub(super) fn placements(profile: &MigProfile) -> impl Iterator<Item = u32> {
+    let size = size(profile);
+    (0..=MEMORY_SLICES - size).step_by(size as usize)
+}
+
+/// The memory slices of one GPU, as instances take them.
+#[derive(Default)]
+pub(super) struct MemorySlices([bool; MEMORY_SLICES as usize]);
+
+impl MemorySlices {
+    pub(super) fn is_free(&self, profile: &MigProfile, start: u32) -> bool {
+        (start..start + size(profile)).all(|s| self.0.get(s as usize) == Some(&false))
+    }
+
+    pub(super) fn take(&mut self, profile: &MigProfile, start: u32) {
+        for slice in start..start + size(profile) {
+            if let Some(taken) = self.0.get_mut(slice as usize) {
+                *taken = true;
+            }
+        }
+    }
+}
+
+/// `name` among the MIG profiles of `catalog` (product `product`).
+pub(super) fn profile_named(
+    catalog: &'static GpuProfile,
+    product: &str,
+    name: &str,
+) -> Result<&'static MigProfile, MigError> {
+    catalog
+        .mig_profile(name)
+        .ok_or_else(|| MigError::UnknownProfile {
+            profile: name.to_owned(),
+            product: product.to_owned(),
+            valid: catalog
+                .mig_profiles
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Places `profiles` on one GPU's memory slices, largest first, each at its first free
+/// placement.
+fn place(profiles: &[&'static MigProfile]) -> Result<Vec<MigInstance>, String> {
+    check_counts(profiles)?;
     let mut order: Vec<&'static MigProfile> = profiles.to_vec();
     order.sort_by(|a, b| {
         b.memory_slices
             .cmp(&a.memory_slices)
             .then(a.name.cmp(b.name))
     });
-    let mut taken = [false; MEMORY_SLICES as usize];
+    let mut slices = MemorySlices::default();
     let mut placed = Vec::new();
     for profile in order {
-        let size = profile.memory_slices.clamp(1, MEMORY_SLICES);
-        let start = (0..=MEMORY_SLICES - size)
-            .step_by(size as usize)
-            .find(|start| (*start..start + size).all(|s| !taken[s as usize]))
+        let start = placements(profile)
+            .find(|start| slices.is_free(profile, *start))
             .ok_or_else(|| format!("no room for {} on the memory slices", profile.name))?;
-        for slice in start..start + size {
-            taken[slice as usize] = true;
-        }
+        slices.take(profile, start);
         placed.push(MigInstance {
             profile,
             placement_start: start,
@@ -135,20 +188,7 @@ pub fn plan(
         let profiles = entry
             .profiles
             .iter()
-            .map(|name| {
-                catalog
-                    .mig_profile(name)
-                    .ok_or_else(|| MigError::UnknownProfile {
-                        profile: name.clone(),
-                        product: product.to_owned(),
-                        valid: catalog
-                            .mig_profiles
-                            .iter()
-                            .map(|p| p.name)
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    })
-            })
+            .map(|name| profile_named(catalog, product, name))
             .collect::<Result<Vec<_>, _>>()?;
         let instances = place(&profiles).map_err(|reason| MigError::DoesNotFit {
             profiles: entry.profiles.join(", "),

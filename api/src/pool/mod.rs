@@ -7,6 +7,7 @@
 //! with [`validator::Validate`] for objects stored under an older CRD.
 
 pub mod mig;
+pub mod mig_config;
 pub mod resolve;
 pub mod rules;
 
@@ -95,18 +96,6 @@ pub struct GpuNodePoolSpec {
     #[x_kube(merge_strategy = kube::core::cel::ListMerge::Map(vec!["name".into()]))]
     #[validate(length(max = 16), nested)]
     pub other_resources: Vec<OtherResource>,
-}
-
-impl GpuNodePoolSpec {
-    /// The MIG strategy as GPU feature discovery names it (`nvidia.com/mig.strategy`, the
-    /// topology document's `migStrategy`): `none` when the pool sets no MIG.
-    pub fn mig_strategy_name(&self) -> &'static str {
-        match self.mig.as_ref().map(|m| m.strategy) {
-            None => "none",
-            Some(MigStrategy::Single) => "single",
-            Some(MigStrategy::Mixed) => "mixed",
-        }
-    }
 }
 
 /// How GPUs are simulated.

@@ -5,7 +5,7 @@ use crate::profiles::{
 };
 
 use super::{
-    GpuNodePoolSpec, GpuSpec,
+    GpuNodePoolSpec, GpuSpec, MigStrategy,
     mig::{self, MigError, MigPlan},
 };
 
@@ -39,6 +39,16 @@ impl ResolvedGpu {
                     .and_then(Architecture::from_compute_capability)
             })
             .map_or("Unknown", Architecture::as_str)
+    }
+
+    /// The MIG strategy as GPU feature discovery names it (`nvidia.com/mig.strategy`, the
+    /// topology document's `migStrategy`): `none` without MIG.
+    pub fn mig_strategy_name(&self) -> &'static str {
+        match self.mig.as_ref().map(|m| m.strategy) {
+            None => "none",
+            Some(MigStrategy::Single) => "single",
+            Some(MigStrategy::Mixed) => "mixed",
+        }
     }
 
     /// go-nvlib's brand string: the catalog's, else `Nvidia` (what every current data-centre

@@ -76,7 +76,7 @@ pub fn desired_labels(
 
     let mig_capable = gpu.catalog.is_some_and(|p| p.mig_capable());
     set(label::MIG_CAPABLE, mig_capable.to_string());
-    set(label::MIG_STRATEGY, pool.spec.mig_strategy_name().into());
+    set(label::MIG_STRATEGY, gpu.mig_strategy_name().into());
     if let Some(plan) = &gpu.mig {
         mig_labels(plan, &gpu.product, &mut set);
     }

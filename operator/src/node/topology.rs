@@ -107,7 +107,7 @@ pub fn desired_topology(
         gpu_product: gpu.product.clone(),
         driver_version: gpu.driver_version.clone(),
         cuda_version: gpu.cuda_version.clone(),
-        mig_strategy: pool.spec.mig_strategy_name().into(),
+        mig_strategy: gpu.mig_strategy_name().into(),
         architecture: gpu.architecture().into(),
         brand: gpu.brand().into(),
         compute_capability: gpu
