@@ -24,3 +24,22 @@ pub async fn warn_about(ctx: &Context, regarding: &ObjectReference, reason: &str
         warn!(name = ?regarding.name, %error, "could not record Event");
     }
 }
+
+/// [`warn_about`], once per object, reason and `value` (the annotation value at fault) for the
+/// operator's lifetime: reconciles repeat, the Event need not.
+pub async fn warn_once(
+    ctx: &Context,
+    regarding: &ObjectReference,
+    reason: &str,
+    value: &str,
+    message: &str,
+) {
+    let key = (
+        regarding.uid.clone().unwrap_or_default(),
+        format!("{reason}/{value}"),
+    );
+    if ctx.reported_annotations.lock().insert(key) {
+        warn!(name = ?regarding.name, kind = ?regarding.kind, reason, note = message, "reporting by Event");
+        warn_about(ctx, regarding, reason, message).await;
+    }
+}

@@ -86,8 +86,8 @@ pub struct Context {
     /// The last error of each node whose reconcile fails, cleared when one succeeds; pools
     /// report them (a node that cannot be written keeps its pool from getting ready).
     pub node_failures: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
-    /// (pod UID, annotation value) of malformed utilization annotations already reported by
-    /// an Event, so that each is reported once.
+    /// (object UID, reason and annotation value) of bad annotations already reported by an
+    /// Event (see [`events::warn_once`]), so that each is reported once.
     pub reported_annotations: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
     /// Writes sent whose watch events have not arrived yet (see [`recent`]).
     pub recent: Arc<recent::RecentWrites>,

@@ -2,6 +2,7 @@
 //! entries, a KWOK ResourceSlice, the topology ConfigMap with the pods holding its GPUs), and
 //! takes them away when no pool does.
 
+pub mod dynamic_mig;
 pub mod labels;
 pub mod nrt;
 pub mod slice;
@@ -83,11 +84,13 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     };
     match resolve_pool(&pool.spec) {
-        Ok(gpu) => {
+        Ok(mut gpu) => {
+            // Run:ai may partition this node's GPUs its own way; everything below follows.
+            let answer = dynamic_mig::resolve(&ctx, &node, &mut gpu).await;
             let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
             let topology = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
-            ensure_node(&ctx, &node, &pool, &gpu, &topology).await?;
+            ensure_node(&ctx, &node, &pool, &gpu, &topology, answer).await?;
             ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
@@ -102,23 +105,25 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Labels, KWOK capacity and the fractioning condition, in one apply of the node's status
-/// subresource. The API server keeps the labels of a status write (it resets only `spec`), so a
-/// node costs one write where labels and status used to cost two; the GPUs the document marks
-/// unhealthy leave allocatable.
+/// Labels, annotations, KWOK capacity and the fractioning condition, in one apply of the node's
+/// status subresource. The API server keeps the metadata of a status write (it resets only
+/// `spec`), so a node costs one write where labels and status used to cost two; the GPUs the
+/// document marks unhealthy leave allocatable.
 async fn ensure_node(
     ctx: &Context,
     node: &Node,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     topology: &NodeTopology,
+    mig_answer: dynamic_mig::Answer,
 ) -> Result<()> {
     // KWOK writes its status when it sees the node; the node's next event brings it back here.
     if !has_kubelet(node) && !status::kwok_initialized(node) {
         debug!(node = %node.name_any(), "waiting for KWOK to initialize the node's status");
         return Ok(());
     }
-    let labels = labels::desired_labels(pool, gpu, has_kubelet(node));
+    let mut labels = labels::desired_labels(pool, gpu, has_kubelet(node));
+    labels.extend(mig_answer.labels);
     let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
     let unhealthy = topology.gpus.iter().filter(|g| !g.health.is_healthy());
     let unhealthy_gpus = u32::try_from(unhealthy.count()).unwrap_or(u32::MAX);
@@ -126,6 +131,7 @@ async fn ensure_node(
     let allocatable = status::allocatable(&resources, unhealthy_gpus);
     let intent = status::NodeIntent {
         labels,
+        annotations: mig_answer.annotations,
         fractioning: status::desired_fractioning(node, pool, &allocatable, &now),
         resources,
         unhealthy_gpus,
@@ -231,16 +237,12 @@ async fn report_malformed_utilization(ctx: &Context, node: &str) {
         let Some((value, error)) = tracking::malformed_utilization(&pod) else {
             continue;
         };
-        let key = (pod.uid().unwrap_or_default(), value.clone());
-        if !ctx.reported_annotations.lock().insert(key) {
-            continue;
-        }
         let message = format!(
             "annotation {} {value:?} is not usable: {error}; the pod runs at its pool's default utilization",
             annotation::SIMULATED_UTILIZATION
         );
-        warn!(node, pod = %pod.name_any(), %message, "malformed utilization annotation");
-        events::warn_about(ctx, &pod.object_ref(&()), "InvalidUtilization", &message).await;
+        let pod_ref = pod.object_ref(&());
+        events::warn_once(ctx, &pod_ref, "InvalidUtilization", &value, &message).await;
     }
 }
 

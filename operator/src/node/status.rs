@@ -25,11 +25,13 @@ use kube::ResourceExt;
 use super::labels::labels_current;
 use crate::apply::{owned_fields, owned_keys};
 
-/// What fakegpu wants on a node: its labels and status entries.
+/// What fakegpu wants on a node: its labels, annotations and status entries.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeIntent {
     /// Every label of the operator's (see [`super::labels::desired_labels`]).
     pub labels: BTreeMap<String, String>,
+    /// Every annotation of the operator's (Run:ai's MIG mapping, see [`super::dynamic_mig`]).
+    pub annotations: BTreeMap<String, String>,
     /// Capacity; allocatable is the same less the unhealthy GPUs.
     pub resources: BTreeMap<String, Quantity>,
     /// GPUs left out of allocatable, as the kubelet leaves out a device plugin's unhealthy
@@ -140,6 +142,8 @@ pub struct OwnedStatus {
     capacity: Vec<String>,
     allocatable: Vec<String>,
     conditions: Vec<String>,
+    #[serde(default)]
+    annotations: Vec<String>,
 }
 
 impl OwnedStatus {
@@ -170,6 +174,7 @@ impl OwnedStatus {
             capacity: keys("f:capacity"),
             allocatable: keys("f:allocatable"),
             conditions,
+            annotations: owned_keys(Some(fields), &["f:metadata", "f:annotations"]),
         })
     }
 }
@@ -227,10 +232,21 @@ pub fn desired_fractioning(
     })
 }
 
-/// Whether the node's status already is what fakegpu wants of it: the entries it owns are
-/// exactly the desired ones, with the desired values.
+/// Whether the node's status and annotations already are what fakegpu wants of it: the
+/// entries it owns are exactly the desired ones, with the desired values.
 pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
     let owned = OwnedStatus::of(node).unwrap_or_default();
+    let annotations_match = intent
+        .annotations
+        .iter()
+        .all(|(key, value)| node.annotations().get(key) == Some(value))
+        && owned
+            .annotations
+            .iter()
+            .all(|key| intent.annotations.contains_key(key));
+    if !annotations_match {
+        return false;
+    }
     let status = node.status.as_ref();
     for mut keys in [owned.capacity, owned.allocatable] {
         keys.sort();
@@ -283,9 +299,9 @@ pub fn owns_status(node: &Node) -> bool {
     OwnedStatus::of(node).is_some()
 }
 
-/// The body of the status apply for `intent`, labels included.
+/// The body of the status apply for `intent`, labels and annotations included.
 pub fn node_patch(node: &str, intent: &NodeIntent) -> serde_json::Value {
-    serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": node, "labels": intent.labels},
@@ -294,7 +310,12 @@ pub fn node_patch(node: &str, intent: &NodeIntent) -> serde_json::Value {
             "allocatable": intent.allocatable(),
             "conditions": intent.fractioning.iter().collect::<Vec<_>>(),
         },
-    })
+    });
+    // Most nodes have none; an empty map would only add an entry to the managed fields.
+    if !intent.annotations.is_empty() {
+        patch["metadata"]["annotations"] = serde_json::json!(intent.annotations);
+    }
+    patch
 }
 
 #[cfg(test)]
@@ -320,6 +341,9 @@ mod tests {
             fields["f:status"]["f:conditions"] =
                 json!({format!("k:{}", json!({"type": GPU_FRACTIONING_READY})): {}});
         }
+        for key in intent.annotations.keys() {
+            fields["f:metadata"]["f:annotations"][format!("f:{key}")] = json!({});
+        }
         let mut resources = json!({"cpu": "1k"});
         let mut allocatable = resources.clone();
         for (name, value) in &intent.resources {
@@ -329,7 +353,7 @@ mod tests {
             allocatable[name] = json!(value.0);
         }
         node(json!({
-            "metadata": {"name": "n", "managedFields": [
+            "metadata": {"name": "n", "annotations": intent.annotations, "managedFields": [
                 {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": fields}]},
             "status": {"capacity": resources, "allocatable": allocatable,
                 "conditions": intent.fractioning.iter().collect::<Vec<_>>()},
@@ -461,6 +485,23 @@ mod tests {
         // The node leaves: an empty intent is not current while fakegpu still owns entries.
         assert!(!status_current(&node, &NodeIntent::default()));
         assert!(status_current(&bare, &NodeIntent::default()));
+        // Annotations too: missing, different or left over, the node is stale.
+        let annotated = NodeIntent {
+            annotations: BTreeMap::from([("run.ai/mig-mapping".to_owned(), "e30=".to_owned())]),
+            ..intent.clone()
+        };
+        assert!(!status_current(&node, &annotated));
+        assert!(status_current(&applied(&annotated), &annotated));
+        let remapped = NodeIntent {
+            annotations: BTreeMap::from([("run.ai/mig-mapping".to_owned(), "other".to_owned())]),
+            ..intent.clone()
+        };
+        assert!(!status_current(&applied(&annotated), &remapped));
+        assert!(!status_current(&applied(&annotated), &intent));
+        let mut cached_annotated = applied(&annotated);
+        record_owned_status(&mut cached_annotated);
+        assert!(!status_current(&cached_annotated, &intent));
+        assert!(status_current(&cached_annotated, &annotated));
 
         // The cache's summary in place of the managed fields answers the same.
         let mut cached = node.clone();
@@ -478,7 +519,7 @@ mod tests {
     }
 
     #[test]
-    fn the_patch_sets_labels_capacity_allocatable_and_condition() {
+    fn the_patch_sets_labels_annotations_capacity_allocatable_and_condition() {
         let intent = NodeIntent {
             labels: BTreeMap::from([("nvidia.com/gpu.count".to_owned(), "8".to_owned())]),
             resources: BTreeMap::from([
@@ -487,8 +528,19 @@ mod tests {
             ]),
             unhealthy_gpus: 3,
             fractioning: None,
+            annotations: BTreeMap::new(),
         };
         let patch = node_patch("n", &intent);
+        // No annotation of fakegpu's: the patch names none, so it claims no field for them.
+        assert!(patch["metadata"].get("annotations").is_none());
+        let mapped = NodeIntent {
+            annotations: BTreeMap::from([("run.ai/mig-mapping".to_owned(), "e30=".to_owned())]),
+            ..intent.clone()
+        };
+        assert_eq!(
+            node_patch("n", &mapped)["metadata"]["annotations"]["run.ai/mig-mapping"],
+            "e30="
+        );
         assert_eq!(patch["metadata"]["labels"]["nvidia.com/gpu.count"], "8");
         assert_eq!(patch["status"]["capacity"]["nvidia.com/gpu"], "8");
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "5");
