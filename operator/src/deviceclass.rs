@@ -1,7 +1,8 @@
 //! DeviceClasses that DRA claims name, defined as NVIDIA's DRA driver defines them, so a claim
 //! written for real GPUs works unchanged: `gpu.nvidia.com` whenever a pool serves DRA,
-//! `mig.nvidia.com` when such a pool also uses MIG, and `compute-domain-default-channel.nvidia.com`
-//! when a pool serves ComputeDomains.
+//! `mig.nvidia.com` when such a pool may have MIG devices (it sets a layout, or its GPUs are
+//! MIG-capable and Run:ai may partition them: see `pool::mig_config`), and
+//! `compute-domain-default-channel.nvidia.com` when a pool serves ComputeDomains.
 //!
 //! One class serves every pool; its owner references name every pool that needs it, so the
 //! garbage collector removes it with the last one. A class of the same name that fakegpu did not
@@ -16,6 +17,7 @@ use fakegpu_api::{
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
         resource::{GPU, GPU_DEVICE_CLASS, GPU_DRIVER, MIG_DEVICE_CLASS},
     },
+    pool::resolve::resolve,
 };
 use k8s_openapi::{
     api::resource::v1::{CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector},
@@ -74,6 +76,16 @@ fn class(
     }
 }
 
+/// Whether `pool`'s nodes may carry MIG devices: it sets a layout, or Run:ai's dynamic MIG may
+/// partition its MIG-capable GPUs.
+fn may_have_mig(pool: &GpuNodePool) -> bool {
+    pool.spec.mig.is_some()
+        || resolve(&pool.spec.gpu)
+            .ok()
+            .and_then(|gpu| gpu.catalog)
+            .is_some_and(|catalog| catalog.mig_capable())
+}
+
 /// The classes the live pools need.
 pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
     let dra: Vec<&GpuNodePool> = pools
@@ -92,11 +104,7 @@ pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
             &dra,
         ));
     }
-    let mig: Vec<&GpuNodePool> = dra
-        .iter()
-        .copied()
-        .filter(|p| p.spec.mig.is_some())
-        .collect();
+    let mig: Vec<&GpuNodePool> = dra.iter().copied().filter(|p| may_have_mig(p)).collect();
     if !mig.is_empty() {
         classes.push(class(
             MIG_DEVICE_CLASS,
@@ -226,7 +234,16 @@ mod tests {
         ))
         .clone();
         mig.metadata.uid = Some("uid-mig".into());
-        let classes = desired_classes(&[plugin_only, Arc::new(dra), Arc::new(mig)]);
+        // MIG-capable GPUs without a layout: Run:ai may partition them.
+        let mut dynamic = (*pool(
+            "dynamic",
+            3,
+            json!({"gpu": {"profile": "h100"}, "interfaces": {"dra": true}}),
+        ))
+        .clone();
+        dynamic.metadata.uid = Some("uid-dynamic".into());
+        let classes =
+            desired_classes(&[plugin_only, Arc::new(dra), Arc::new(mig), Arc::new(dynamic)]);
 
         let gpu = &classes[0];
         let gpu_spec = gpu.spec.as_ref().expect("spec");
@@ -244,7 +261,7 @@ mod tests {
             .iter()
             .map(|o| o.name.as_str())
             .collect();
-        assert_eq!(owners, ["dra", "mig"]);
+        assert_eq!(owners, ["dra", "dynamic", "mig"]);
         assert!(
             gpu.owner_references()
                 .iter()
@@ -261,7 +278,12 @@ mod tests {
                 .and_then(|s| s.extended_resource_name.clone()),
             None
         );
-        assert_eq!(mig_class.owner_references().len(), 1);
+        let mig_owners: Vec<&str> = mig_class
+            .owner_references()
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect();
+        assert_eq!(mig_owners, ["dynamic", "mig"]);
         assert_eq!(classes.len(), 2);
     }
 
@@ -278,11 +300,12 @@ mod tests {
             names,
             [
                 "gpu.nvidia.com",
+                "mig.nvidia.com",
                 "compute-domain-default-channel.nvidia.com"
             ]
         );
         assert_eq!(
-            expression(&classes[1]),
+            expression(&classes[2]),
             "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel' && device.attributes['compute-domain.nvidia.com'].id == 0"
         );
     }
