@@ -142,7 +142,7 @@ async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyh
         )
         .await?;
         ensure!(
-            devices == ["gpu-0-mig-3g40gb-9-0"],
+            devices == ["gpu-0-mig-3g40gb-9-4"],
             "claim allocated {devices:?}"
         );
 
@@ -151,17 +151,17 @@ async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyh
             let Some((_, document)) = topology_of(&client, &node).await? else {
                 return Ok(None);
             };
-            let holders: Vec<(String, String)> = document
+            let holders: std::collections::BTreeSet<(String, String)> = document
                 .gpus
                 .iter()
                 .flat_map(|g| &g.mig_devices)
                 .filter(|m| !m.status.allocated_by.pod.is_empty())
                 .map(|m| (m.profile.clone(), m.status.allocated_by.pod.clone()))
                 .collect();
-            let want = [
+            let want = std::collections::BTreeSet::from([
                 ("3g.40gb".to_owned(), "claimant".to_owned()),
                 ("1g.10gb".to_owned(), "slice".to_owned()),
-            ];
+            ]);
             Ok((holders == want).then_some(()))
         })
         .await

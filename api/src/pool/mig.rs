@@ -98,15 +98,20 @@ fn size(profile: &MigProfile) -> u32 {
     profile.memory_slices.clamp(1, MEMORY_SLICES)
 }
 
-/// Where an instance of `profile` may start: every multiple of its size that leaves it on the
-/// GPU (how NVML's placements line up).
+/// Where an instance of `profile` may start, as NVML lists its placements: multiples of its
+/// memory size whose compute slices stay within the seven (`start + compute <= 7`). So on an
+/// A100 or H100 a 1g starts at 0-6, a 2g at 0, 2 or 4, a 3g at 0 or 4, a 4g at 0 only, and
+/// memory slice 7 is reached only by a 3g at 4, a two-slice 1g at 6 or the whole GPU.
 pub(super) fn placements(profile: &MigProfile) -> impl Iterator<Item = u32> {
     let size = size(profile);
-    (0..=MEMORY_SLICES - size).step_by(size as usize)
+    let compute = profile.compute_slices;
+    (0..=MEMORY_SLICES - size)
+        .step_by(size as usize)
+        .filter(move |start| start + compute <= COMPUTE_SLICES)
 }
 
 /// The memory slices of one GPU, as instances take them.
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 pub(super) struct MemorySlices([bool; MEMORY_SLICES as usize]);
 
 impl MemorySlices {
@@ -143,8 +148,9 @@ pub(super) fn profile_named(
         })
 }
 
-/// Places `profiles` on one GPU's memory slices, largest first, each at its first free
-/// placement.
+/// Places `profiles` on one GPU's memory slices: largest first, each at its lowest placement
+/// that leaves room for the rest. Greedy is not enough: 3g + 2g + 1g + 1g fits only with the
+/// 3g at slice 4, as on real GPUs.
 fn place(profiles: &[&'static MigProfile]) -> Result<Vec<MigInstance>, String> {
     check_counts(profiles)?;
     let mut order: Vec<&'static MigProfile> = profiles.to_vec();
@@ -153,20 +159,40 @@ fn place(profiles: &[&'static MigProfile]) -> Result<Vec<MigInstance>, String> {
             .cmp(&a.memory_slices)
             .then(a.name.cmp(b.name))
     });
-    let mut slices = MemorySlices::default();
-    let mut placed = Vec::new();
-    for profile in order {
-        let start = placements(profile)
-            .find(|start| slices.is_free(profile, *start))
-            .ok_or_else(|| format!("no room for {} on the memory slices", profile.name))?;
-        slices.take(profile, start);
+    let mut placed = Vec::with_capacity(order.len());
+    if !place_from(&order, MemorySlices::default(), &mut placed) {
+        return Err("no placement of them on the memory slices".to_owned());
+    }
+    placed.sort_by_key(|i| i.placement_start);
+    Ok(placed)
+}
+
+/// Depth-first over the placements of `profiles` in order (at most seven instances on eight
+/// slices, so the search is tiny).
+fn place_from(
+    profiles: &[&'static MigProfile],
+    slices: MemorySlices,
+    placed: &mut Vec<MigInstance>,
+) -> bool {
+    let Some((profile, rest)) = profiles.split_first() else {
+        return true;
+    };
+    for start in placements(profile) {
+        if !slices.is_free(profile, start) {
+            continue;
+        }
+        let mut taken = slices;
+        taken.take(profile, start);
         placed.push(MigInstance {
             profile,
             placement_start: start,
         });
+        if place_from(rest, taken, placed) {
+            return true;
+        }
+        placed.pop();
     }
-    placed.sort_by_key(|i| i.placement_start);
-    Ok(placed)
+    false
 }
 
 /// The pool's MIG plan for nodes of `count` GPUs of `product` (`catalog`: its catalog entry),
@@ -236,7 +262,7 @@ mod tests {
     }
 
     #[test]
-    fn instances_are_placed_largest_first() {
+    fn instances_are_placed_where_nvml_allows() {
         let spec = spec(json!({"strategy": "mixed", "layout": [
             {"gpus": [0, 1], "profiles": ["1g.10gb", "3g.40gb", "2g.20gb", "1g.10gb"]}]}));
         let plan = plan(&spec, "A100", 8, a100()).expect("valid").expect("MIG");
@@ -244,18 +270,43 @@ mod tests {
             .iter()
             .map(|i| (i.profile.name, i.placement_start))
             .collect();
+        // The 3g cannot go first at 0: the two 1g would then need slice 7, where a 1g has no
+        // placement. With the 3g at 4, the 2g and the 1g take 0-3.
         assert_eq!(
             starts,
             [
-                ("3g.40gb", 0),
-                ("2g.20gb", 4),
-                ("1g.10gb", 6),
-                ("1g.10gb", 7)
+                ("2g.20gb", 0),
+                ("1g.10gb", 2),
+                ("1g.10gb", 3),
+                ("3g.40gb", 4)
             ]
         );
         assert_eq!(plan.instances(), 8);
         assert_eq!(plan.counts()["1g.10gb"].0, 4);
         assert!(!plan.is_partitioned(2));
+    }
+
+    #[test]
+    fn placements_are_nvmls() {
+        let a100 = a100().expect("catalog");
+        let starts = |name: &str| -> Vec<u32> {
+            placements(a100.mig_profile(name).expect("profile")).collect()
+        };
+        assert_eq!(starts("1g.10gb"), [0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(starts("1g.20gb"), [0, 2, 4, 6]);
+        assert_eq!(starts("2g.20gb"), [0, 2, 4]);
+        assert_eq!(starts("3g.40gb"), [0, 4]);
+        assert_eq!(starts("4g.40gb"), [0]);
+        assert_eq!(starts("7g.80gb"), [0]);
+        // Every profile of every product reaches its instance limit on one GPU.
+        for product in crate::profiles::PROFILES {
+            for mig in product.mig_profiles {
+                let repeated = vec![mig; mig.max_instances as usize];
+                let placed = place(&repeated)
+                    .unwrap_or_else(|e| panic!("{} x{}: {e}", mig.name, mig.max_instances));
+                assert_eq!(placed.len(), mig.max_instances as usize);
+            }
+        }
     }
 
     #[test]

@@ -442,7 +442,7 @@ mig-configs:
         assert_eq!(bad.mapping.as_deref(), Some(mapping.as_str()));
         let message = bad.error.expect("error").to_string();
         assert!(
-            message.contains("2g.20gb cannot start at memory slice 1 (it can at 0, 2, 4, 6)"),
+            message.contains("2g.20gb cannot start at memory slice 1 (it can at 0, 2, 4)"),
             "{message}"
         );
         // Without a mapping of its own, the node has the pool's layout.
@@ -522,13 +522,14 @@ mig-configs:
     }
 
     #[test]
-    fn compute_slices_are_counted() {
-        // 4g + 2g + 1g fit the memory slices (0-3, 4-5, 6) and the seven compute slices; one
-        // more 1g at slice 7 takes an eighth compute slice.
-        let config = "mig-configs: {selected: [{devices: [\"0\"], mig-enabled: true, mig-devices: [{name: 4g.40gb, position: 0}, {name: 2g.20gb, position: 4}, {name: 1g.10gb, position: 6}, {name: 1g.10gb, position: 7}]}]}";
-        let error = parse(config, &a100()).expect_err("eight compute slices");
+    fn positions_are_nvmls_placements() {
+        // Memory slice 7 is free, but a 1g's compute slice would be an eighth.
+        let config = "mig-configs: {selected: [{devices: [\"0\"], mig-enabled: true, mig-devices: [{name: 4g.40gb, position: 0}, {name: 2g.20gb, position: 4}, {name: 1g.10gb, position: 7}]}]}";
+        let error = parse(config, &a100()).expect_err("no 1g at 7");
         assert!(
-            error.to_string().contains("8 compute slices, a GPU has 7"),
+            error
+                .to_string()
+                .contains("1g.10gb cannot start at memory slice 7 (it can at 0, 1, 2, 3, 4, 5, 6)"),
             "{error}"
         );
     }
