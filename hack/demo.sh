@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a laptop-sized default: build, start the local control plane, install the
 # bundle (CRDs, RBAC, namespace) and run the operator with its ServiceAccount, create KWOK nodes
-# for each sample pool, apply the samples, run the examples, start the GPU metrics exporter, and
-# show what a user sees. Everything keeps running; the last line says how to stop it.
+# for each sample pool, apply the samples, run the examples, start the GPU metrics exporter,
+# partition one node's GPU as Run:ai's dynamic MIG does, and show what a user sees. Everything keeps running; the last line says how to stop it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -73,6 +73,31 @@ gpu_pod_gpu=$(curl -s "http://$exporter_addr/metrics" | grep '^DCGM_FI_DEV_GPU_U
 echo; echo "\$ nvidia-smi   # in gpu-pod: NODE_NAME=$gpu_pod_node NVIDIA_VISIBLE_DEVICES=$gpu_pod_gpu"
 NODE_NAME=$gpu_pod_node NVIDIA_VISIBLE_DEVICES=$gpu_pod_gpu HOSTNAME=gpu-pod \
   FAKEGPU_EXPORTER_URL=http://$exporter_addr target/debug/nvidia-smi || true
+echo; echo "==> Run:ai's dynamic MIG: partitioning GPU 7 of one H100 node"
+mig_node=$($kubectl get nodes -l fakegpu.dev/pool=h100-kwok -o jsonpath='{.items[-1:].metadata.name}')
+$kubectl label node "$mig_node" --overwrite node-role.kubernetes.io/runai-dynamic-mig=true >/dev/null
+mig_config='version: v1
+mig-configs:
+  selected:
+  - devices: ["7"]
+    mig-enabled: true
+    mig-devices:
+    - {name: 1g.10gb, position: 0, size: 1}
+    - {name: 3g.40gb, position: 4, size: 4}'
+echo "\$ kubectl annotate node $mig_node run.ai/mig.config='<GPU 7: 1g.10gb at 0, 3g.40gb at 4>'"
+$kubectl annotate node "$mig_node" --overwrite "run.ai/mig.config=$mig_config" >/dev/null
+$kubectl wait node "$mig_node" --timeout=30s \
+  --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success >/dev/null
+show get node "$mig_node" -o 'custom-columns=NODE:.metadata.name,STATE:.metadata.labels.nvidia\.com/mig\.config\.state,STRATEGY:.metadata.labels.nvidia\.com/mig\.strategy,GPU:.status.allocatable.nvidia\.com/gpu,MIG-1G:.status.allocatable.nvidia\.com/mig-1g\.10gb,MIG-3G:.status.allocatable.nvidia\.com/mig-3g\.40gb'
+echo; echo "\$ kubectl get node $mig_node -o jsonpath='{.metadata.annotations.run\.ai/mig-mapping}' | base64 -d"
+$kubectl get node "$mig_node" -o jsonpath='{.metadata.annotations.run\.ai/mig-mapping}' | base64 -d; echo
+echo; echo "\$ nvidia-smi -L   # on $mig_node"
+for _ in $(seq 1 50); do
+  NODE_NAME=$mig_node FAKEGPU_EXPORTER_URL=http://$exporter_addr target/debug/nvidia-smi -L 2>/dev/null | grep -q MIG && break
+  sleep 0.2
+done
+NODE_NAME=$mig_node FAKEGPU_EXPORTER_URL=http://$exporter_addr target/debug/nvidia-smi -L || true
+
 echo
 echo "Use the cluster:"
 hack/cluster.sh env
