@@ -30,6 +30,9 @@ pub mod label {
     /// [`crate::utilization::WorkloadType`]); inference kinds take it from their Knative
     /// revision's request rate.
     pub const WORKLOAD_KIND: &str = "workloadKind";
+    /// Pod label of GPU sharing (Run:ai, KAI): the same value on a reservation pod and on the
+    /// pods that share the GPU it holds. Pod tracking records the sharers' use on that GPU.
+    pub const GPU_GROUP: &str = "runai-gpu-group";
     /// Value of [`KWOK_TYPE`] on KWOK nodes.
     pub const KWOK_TYPE_VALUE: &str = "kwok";
 
@@ -186,6 +189,17 @@ pub mod annotation {
     /// Pod annotation (Run:ai) with the share of a GPU's memory the pod uses, `0.5`; read by
     /// pod tracking for the framebuffer a pod occupies (default: all of it).
     pub const GPU_FRACTION: &str = "gpu-fraction";
+    /// Pod annotation (KAI) with the GPU memory a sharing pod asks for, MiB; read like
+    /// [`GPU_FRACTION`] for the framebuffer it occupies.
+    pub const GPU_MEMORY: &str = "gpu-memory";
+    /// Pod annotation (Run:ai) naming the GPU a sharing pod was given, matched against its
+    /// reservation pod's [`RESERVED_GPU`] (older releases used the GPU index).
+    pub const RUNAI_GPU: &str = "runai-gpu";
+    /// Reservation pod annotation (Run:ai, KAI): the UUID of the GPU the pod holds. On real
+    /// nodes the reservation pod finds it through NVML and writes it; here the operator does,
+    /// once pod tracking has given the pod its GPU, and the scheduler binds the sharing pods
+    /// after reading it.
+    pub const RESERVED_GPU: &str = "run.ai/reserve_for_gpu_index";
 
     /// Pod annotation naming the pod's PodGroup (Run:ai, KAI scheduler); without a
     /// `workloadKind` label, the PodGroup's `spec.priorityClassName` tells the workload type.
@@ -274,6 +288,14 @@ pub mod fakegpu {
     /// Environment variable with this replica's identity in the lease (the Deployment sets the
     /// pod name); the host name and process id otherwise.
     pub const IDENTITY_ENV: &str = "FAKEGPU_IDENTITY";
+
+    /// Environment variable with the namespaces whose pods are GPU reservation pods
+    /// (comma-separated); default [`DEFAULT_RESERVATION_NAMESPACES`].
+    pub const RESERVATION_NAMESPACES_ENV: &str = "FAKEGPU_RESERVATION_NAMESPACES";
+
+    /// Where Run:ai (`runai-reservation`) and KAI (`kai-resource-reservation`, from v0.6) put
+    /// the pods that hold whole GPUs for the pods sharing them.
+    pub const DEFAULT_RESERVATION_NAMESPACES: &str = "runai-reservation,kai-resource-reservation";
 
     /// The Lease (coordination.k8s.io/v1) in the operator's namespace that replicas elect a
     /// leader with.

@@ -420,9 +420,24 @@ pub async fn create_kwok_pod(
     name: &str,
     spec: serde_json::Value,
 ) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    create_kwok_pod_with(client, namespace, name, serde_json::json!({}), spec).await
+}
+
+/// [`create_kwok_pod`] with labels and annotations (`metadata` fields besides name and
+/// namespace).
+pub async fn create_kwok_pod_with(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    metadata: serde_json::Value,
+    spec: serde_json::Value,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    let mut meta = metadata;
+    meta["name"] = name.into();
+    meta["namespace"] = namespace.into();
     let mut body = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": meta,
         "spec": {
             "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "main", "image": "busybox"}],

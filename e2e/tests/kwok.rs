@@ -11,8 +11,9 @@ use fakegpu_api::{
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool,
-    eventually, install_crds, kwok_scenario, running_pod, topology_of, unique_name,
+    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_kwok_pod_with,
+    create_namespace, create_pool, eventually, install_crds, kwok_scenario, running_pod,
+    topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -602,5 +603,120 @@ async fn pod_groups_tell_the_workload_type() -> anyhow::Result<()> {
         Ok(())
     }
     .await;
+    cleanup.after(result).await
+}
+
+/// GPU sharing as Run:ai and KAI do it: a reservation pod in `kai-resource-reservation` (with
+/// `runtimeClassName: nvidia`, which the bundle's RuntimeClass makes admissible) holds a whole GPU, the operator tells it which (annotation `run.ai/reserve_for_gpu_index`, what the
+/// scheduler waits for), and a pod of the same `runai-gpu-group` asking for no GPU has its half
+/// share recorded on that GPU.
+#[tokio::test]
+async fn gpu_sharing_pods_are_tracked_on_their_reservation_pods_gpu() -> anyhow::Result<()> {
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("share").await?;
+    let reservations = "kai-resource-reservation";
+    let reservation = format!("{pool}-reservation");
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "h100", "count": 2}}),
+        )
+        .await?;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        if namespaces.get_opt(reservations).await?.is_none() {
+            let body = serde_json::from_value(json!({"metadata": {"name": reservations}}))?;
+            // Another test run may have just created it.
+            let _ = namespaces.create(&PostParams::default(), &body).await;
+        }
+        let on_node = json!({"kubernetes.io/hostname": node});
+        let group = json!({"labels": {"runai-gpu-group": pool}});
+        // Another pod takes GPU 0 first, so the reservation's GPU is not simply the first.
+        create_kwok_pod(
+            &client,
+            &namespace,
+            "whole",
+            json!({"nodeSelector": on_node, "containers": [{"name": "main", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        )
+        .await?;
+        topology_where(&client, &node, "GPU 0 held", |d| {
+            holders(d) == ["whole", ""]
+        })
+        .await?;
+        // As KAI writes them, with the `nvidia` RuntimeClass the bundle provides.
+        create_kwok_pod_with(
+            &client,
+            reservations,
+            &reservation,
+            group.clone(),
+            json!({"nodeSelector": on_node, "runtimeClassName": "nvidia",
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        )
+        .await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), reservations);
+        let announced = eventually("the reservation pod told its GPU", CONVERGE, || async {
+            let pod = pods.get(&reservation).await?;
+            Ok(pod
+                .annotations()
+                .get("run.ai/reserve_for_gpu_index")
+                .cloned())
+        })
+        .await?;
+        let mut sharer_metadata = group.clone();
+        sharer_metadata["annotations"] =
+            json!({"gpu-fraction": "0.5", "run.ai/simulated-gpu-utilization": "40"});
+        create_kwok_pod_with(
+            &client,
+            &namespace,
+            "half",
+            sharer_metadata,
+            json!({"nodeSelector": on_node}),
+        )
+        .await?;
+        let uid = running_pod(&client, &namespace, "half", CONVERGE)
+            .await?
+            .uid()
+            .context("uid")?;
+        let document = topology_where(&client, &node, "the share on the reserved GPU", |d| {
+            d.gpus[1].status.pod_gpu_usage_status.contains_key(&uid)
+        })
+        .await?;
+        let gpu = &document.gpus[1];
+        ensure!(
+            gpu.id == announced,
+            "announced {announced}, reserved GPU is {}",
+            gpu.id
+        );
+        ensure!(
+            gpu.status.allocated_by.pod == reservation,
+            "holder {:?}",
+            gpu.status.allocated_by
+        );
+        let usage: Vec<_> = gpu.status.pod_gpu_usage_status.iter().collect();
+        ensure!(
+            usage.len() == 1,
+            "the reservation pod uses nothing itself: {usage:?}"
+        );
+        let share = &gpu.status.pod_gpu_usage_status[&uid];
+        ensure!(
+            share.fb_used == document.gpu_memory / 2 && share.utilization.max == 40,
+            "share {share:?}"
+        );
+        // The sharer goes: its share goes, the reservation keeps the GPU.
+        Api::<Pod>::namespaced(client.clone(), &namespace)
+            .delete("half", &DeleteParams::default().grace_period(0))
+            .await?;
+        topology_where(&client, &node, "the share gone", |d| {
+            d.gpus[1].status.pod_gpu_usage_status.is_empty()
+                && d.gpus[1].status.allocated_by.pod == reservation
+        })
+        .await?;
+        Ok(())
+    }
+    .await;
+    let _ = Api::<Pod>::namespaced(client.clone(), reservations)
+        .delete(&reservation, &DeleteParams::default().grace_period(0))
+        .await;
     cleanup.after(result).await
 }

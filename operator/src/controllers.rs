@@ -85,13 +85,16 @@ pub async fn serves_node_resource_topology(client: &Client) -> anyhow::Result<bo
     serves(client, nrt::GROUP, nrt::VERSION, nrt::PLURAL).await
 }
 
-/// APIs the operator serves only where the cluster has them.
-#[derive(Clone, Copy, Debug)]
+/// What the operator does beyond the core: APIs it serves only where the cluster has them, and
+/// whose GPU reservation pods it answers.
+#[derive(Clone, Debug)]
 pub struct Features {
     /// Publish NodeResourceTopologies.
     pub node_resource_topology: bool,
     /// Run the ComputeDomain controller.
     pub compute_domains: bool,
+    /// Namespaces of GPU-sharing schedulers' reservation pods (see [`crate::tracking`]).
+    pub reservations: crate::tracking::ReservationNamespaces,
 }
 
 /// Runs the controllers until a termination signal; returns once they have stopped.
@@ -234,6 +237,7 @@ pub async fn run(
         reported_annotations: Default::default(),
         recent,
         claim_templates,
+        reservations: features.reservations,
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())

@@ -95,6 +95,8 @@ pub struct Context {
     pub pod_groups: pod_groups::PodGroups,
     /// ComputeDomains' ResourceClaimTemplates; `None` when the cluster serves no ComputeDomains.
     pub claim_templates: Option<Store<ResourceClaimTemplate>>,
+    /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
+    pub reservations: tracking::ReservationNamespaces,
 }
 
 impl std::fmt::Debug for Context {

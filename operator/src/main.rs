@@ -2,19 +2,22 @@
 //! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `FAKEGPU_HTTP_ADDR` (`/metrics`,
 //! `/healthz`, `/readyz`), `FAKEGPU_NODE_RESOURCE_TOPOLOGY` (`auto` or `false`),
 //! `FAKEGPU_LEADER_ELECTION` (`true` or `false`), `FAKEGPU_IDENTITY` (name in the lease),
+//! `FAKEGPU_RESERVATION_NAMESPACES` (GPU reservation pods' namespaces, comma-separated),
 //! `RUST_LOG` (tracing filter), and the usual in-cluster or `KUBECONFIG` credentials.
 
 use anyhow::Context as _;
 use std::{process::ExitCode, time::Duration};
 
 use fakegpu_api::names::fakegpu::{
-    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, IDENTITY_ENV, LEADER_ELECTION_ENV, LEADER_LEASE,
-    NAMESPACE_ENV, NODE_RESOURCE_TOPOLOGY_ENV, OPERATOR_HTTP_ADDR_ENV,
+    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, DEFAULT_RESERVATION_NAMESPACES, IDENTITY_ENV,
+    LEADER_ELECTION_ENV, LEADER_LEASE, NAMESPACE_ENV, NODE_RESOURCE_TOPOLOGY_ENV,
+    OPERATOR_HTTP_ADDR_ENV, RESERVATION_NAMESPACES_ENV,
 };
 use fakegpu_operator::{
     controllers,
     leader::{LeaderElector, LeaseSettings},
     metrics::Metrics,
+    tracking::ReservationNamespaces,
 };
 use fakegpu_runtime::{env_or, exit, init_tracing};
 
@@ -59,6 +62,10 @@ async fn run() -> anyhow::Result<()> {
     let features = controllers::Features {
         node_resource_topology,
         compute_domains,
+        reservations: ReservationNamespaces::parse(&env_or(
+            RESERVATION_NAMESPACES_ENV,
+            DEFAULT_RESERVATION_NAMESPACES,
+        )),
     };
 
     let leader_election = match std::env::var(LEADER_ELECTION_ENV).as_deref() {

@@ -7,6 +7,11 @@
 //! - extended resource (`nvidia.com/gpu: N`): the scheduler only counted. Each pod keeps the GPUs
 //!   it was given before (read back from the document, so an operator restart changes nothing);
 //!   pods without GPUs then take the lowest free indices, oldest pod first.
+//!
+//! GPU sharing (Run:ai, KAI) adds two roles: a reservation pod (in a reservation namespace)
+//! holds whole GPUs as an extended-resource pod does but uses none of them itself, and pods
+//! that share a GPU (annotation `runai-gpu` or label `runai-gpu-group`, no GPU request) have
+//! their use recorded on the GPU their reservation pod holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +30,65 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 
+/// Namespaces whose pods are GPU reservation pods (see [`Sharing`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReservationNamespaces(Vec<String>);
+
+impl ReservationNamespaces {
+    /// From a comma-separated list.
+    pub fn parse(list: &str) -> Self {
+        Self(
+            list.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    fn contains(&self, namespace: &str) -> bool {
+        self.0.iter().any(|n| n == namespace)
+    }
+}
+
+/// A pod's part in GPU sharing (Run:ai, KAI), where a reservation pod holds a whole GPU for the
+/// pods that share it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Sharing {
+    #[default]
+    None,
+    /// A reservation pod: holds its GPUs and uses none of them. `reserved` is its
+    /// [`annotation::RESERVED_GPU`] once written, `group` its [`label::GPU_GROUP`].
+    Reservation {
+        reserved: Option<String>,
+        group: Option<String>,
+    },
+    /// A pod using the GPU of the reservation pod that its [`annotation::RUNAI_GPU`] or its
+    /// [`label::GPU_GROUP`] names.
+    Shares {
+        gpu: Option<String>,
+        group: Option<String>,
+    },
+}
+
+impl Sharing {
+    fn of(pod: &Pod, reservations: &ReservationNamespaces) -> Self {
+        let group = pod.labels().get(label::GPU_GROUP).cloned();
+        if reservations.contains(&pod.namespace().unwrap_or_default()) {
+            let reserved = pod.annotations().get(annotation::RESERVED_GPU).cloned();
+            return Self::Reservation { reserved, group };
+        }
+        match pod.annotations().get(annotation::RUNAI_GPU).cloned() {
+            None if group.is_none() => Self::None,
+            gpu => Self::Shares { gpu, group },
+        }
+    }
+
+    fn is_reservation(&self) -> bool {
+        matches!(self, Self::Reservation { .. })
+    }
+}
+
 /// What one pod uses of one node's GPUs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuUser {
@@ -40,6 +104,7 @@ pub struct GpuUser {
     pub mig: BTreeMap<String, u32>,
     /// Device names (`gpu-<index>`, MIG device names) of this node its allocated claims name.
     pub claimed: BTreeSet<String>,
+    pub sharing: Sharing,
     pub usage: PodGpuUsage,
 }
 
@@ -216,29 +281,40 @@ fn workload_type(pod: &Pod, priority_class: Option<&str>) -> Option<WorkloadType
 /// reference's 100%; framebuffer by `gpu-fraction` (default all).
 pub fn usage(pod: &Pod, defaults: Defaults<'_>, gpu_memory_mib: u64) -> PodGpuUsage {
     let kind = workload_type(pod, defaults.priority_class);
-    let range = pod
-        .annotations()
+    let annotations = pod.annotations();
+    // Run:ai's idle-GPU pods hold a GPU and do nothing with it (the reference's rule).
+    let idle = pod.name_any().starts_with(IDLE_POD_PREFIX);
+    let range = annotations
         .get(annotation::SIMULATED_UTILIZATION)
         .and_then(|text| text.parse::<UtilizationRange>().ok())
+        .or(idle.then_some(UtilizationRange { min: 0, max: 0 }))
         .or(kind.map(WorkloadType::range))
         .or(defaults.pool)
         .unwrap_or(UtilizationRange { min: 100, max: 100 });
-    let fraction = pod
-        .annotations()
+    let fraction = annotations
         .get(annotation::GPU_FRACTION)
         .and_then(|text| text.trim().parse::<f64>().ok())
         .filter(|f| *f > 0.0 && *f <= 1.0)
         .unwrap_or(1.0);
+    // Bounded by the GPU's memory: the cast cannot overflow.
+    let by_fraction = (gpu_memory_mib as f64 * fraction) as u64;
+    let fb_used = annotations
+        .get(annotation::GPU_MEMORY)
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .filter(|mib| *mib > 0)
+        .map_or(by_fraction, |mib| mib.min(gpu_memory_mib));
     PodGpuUsage {
         utilization: UtilizationBounds {
             min: range.min,
             max: range.max,
         },
-        // Bounded by the GPU's memory: the cast cannot overflow.
-        fb_used: (gpu_memory_mib as f64 * fraction) as u64,
+        fb_used,
         use_knative_utilization: kind.is_some_and(WorkloadType::uses_knative),
     }
 }
+
+/// Name prefix of Run:ai's idle-GPU pods, which run at 0%.
+const IDLE_POD_PREFIX: &str = "runai-idle-gpu-";
 
 /// The GPU user a pod is on `node`, or `None` when it uses none of the node's GPUs.
 pub fn gpu_user(
@@ -247,6 +323,7 @@ pub fn gpu_user(
     claim: impl Fn(&str) -> Option<std::sync::Arc<ResourceClaim>>,
     defaults: Defaults<'_>,
     gpu_memory_mib: u64,
+    reservations: &ReservationNamespaces,
 ) -> Option<GpuUser> {
     if !is_active(pod) {
         return None;
@@ -258,7 +335,9 @@ pub fn gpu_user(
         .filter_map(|name| claim(name))
         .flat_map(|c| claimed_devices(&c, node))
         .collect();
-    if extended == 0 && mig.is_empty() && claimed.is_empty() {
+    let sharing = Sharing::of(pod, reservations);
+    let shares = matches!(sharing, Sharing::Shares { .. });
+    if extended == 0 && mig.is_empty() && claimed.is_empty() && !shares {
         return None;
     }
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice());
@@ -278,6 +357,7 @@ pub fn gpu_user(
         extended,
         mig,
         claimed,
+        sharing,
         usage: usage(pod, defaults, gpu_memory_mib),
     })
 }
@@ -292,6 +372,9 @@ enum Kind {
 /// One thing a pod can hold: a whole GPU, or a MIG instance of a partitioned GPU.
 struct Slot<'a> {
     kind: Kind,
+    /// The GPU's or the instance's UUID, and the GPU's index.
+    uuid: String,
+    index: u32,
     /// Its device name in the node's ResourceSlice (what claims name).
     name: String,
     /// Framebuffer of a MIG instance, MiB (a pod cannot use more).
@@ -304,6 +387,10 @@ impl Slot<'_> {
     fn take(&mut self, user: &GpuUser) {
         if self.status.allocated_by.pod.is_empty() {
             self.status.allocated_by = user.holder();
+        }
+        // A reservation pod holds the GPU for the pods sharing it and uses none of it.
+        if user.sharing.is_reservation() {
+            return;
         }
         let mut usage = user.usage.clone();
         if let Some(memory) = self.memory {
@@ -319,6 +406,7 @@ impl Slot<'_> {
 fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
     let mut slots = Vec::new();
     for GpuTopology {
+        id,
         index,
         status,
         mig_devices,
@@ -329,6 +417,8 @@ fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
         if mig_devices.is_empty() {
             slots.push(Slot {
                 kind: Kind::Gpu,
+                uuid: id.clone(),
+                index: *index,
                 name: gpu_device_name(*index),
                 memory: None,
                 previous,
@@ -339,6 +429,8 @@ fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
         for mig in mig_devices.iter_mut() {
             slots.push(Slot {
                 kind: Kind::Mig(mig.profile.clone()),
+                uuid: mig.uuid.clone(),
+                index: *index,
                 name: mig_device_name(*index, mig),
                 memory: Some(mig.memory),
                 previous: std::mem::take(&mut mig.status),
@@ -414,6 +506,69 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
             slot.take(user);
         }
     }
+    // Pods sharing a GPU use what their reservation pods now hold.
+    for sharer in users
+        .iter()
+        .filter(|u| matches!(u.sharing, Sharing::Shares { .. }))
+    {
+        for at in shared_slots(sharer, &slots, users) {
+            slots[at].take(sharer);
+        }
+    }
+}
+
+/// The slots a sharing pod uses: the one its `runai-gpu` names (as the reservation pod's
+/// annotation has it, or the GPU's UUID, or its index as older Run:ai releases wrote it), else
+/// every slot a reservation pod of its group holds (a pod may share several GPUs).
+fn shared_slots(sharer: &GpuUser, slots: &[Slot<'_>], users: &[GpuUser]) -> Vec<usize> {
+    let Sharing::Shares { gpu, group } = &sharer.sharing else {
+        return Vec::new();
+    };
+    let reserved: Vec<(usize, &Option<String>, &Option<String>)> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(at, slot)| {
+            users.iter().find_map(|user| match &user.sharing {
+                Sharing::Reservation { reserved, group } if user.holds(slot.status) => {
+                    Some((at, reserved, group))
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    let named = gpu.as_ref().and_then(|gpu| {
+        reserved.iter().find(|(at, reserved, _)| {
+            let slot = &slots[*at];
+            reserved.as_ref() == Some(gpu) || slot.uuid == *gpu || slot.index.to_string() == *gpu
+        })
+    });
+    if let Some((at, _, _)) = named {
+        return vec![*at];
+    }
+    reserved
+        .iter()
+        .filter(|(_, _, held_for)| group.is_some() && *held_for == group)
+        .map(|(at, _, _)| *at)
+        .collect()
+}
+
+/// Reservation pods that hold a GPU but do not say which yet (annotation
+/// [`annotation::RESERVED_GPU`]), with the UUID to write: `(namespace, pod, uuid)`.
+pub fn unannounced_reservations(
+    gpus: &[GpuTopology],
+    users: &[GpuUser],
+) -> Vec<(String, String, String)> {
+    users
+        .iter()
+        .filter(|u| matches!(u.sharing, Sharing::Reservation { reserved: None, .. }))
+        .filter_map(|user| {
+            let (uuid, _) = gpus
+                .iter()
+                .flat_map(GpuTopology::statuses)
+                .find(|(_, status)| user.holds(status))?;
+            Some((user.namespace.clone(), user.pod.clone(), uuid.to_owned()))
+        })
+        .collect()
 }
 
 /// GPUs of a document that some pod holds or uses (itself or one of its MIG instances).
@@ -498,8 +653,129 @@ mod tests {
             |_| claims.first().cloned(),
             Defaults::default(),
             1000,
+            &reservations(),
         )
         .expect("uses GPUs")
+    }
+
+    fn reservations() -> ReservationNamespaces {
+        ReservationNamespaces::parse("runai-reservation, kai-resource-reservation,")
+    }
+
+    /// A reservation pod of GPU group `group` asking for one GPU.
+    fn reservation(name: &str, created: &str, group: &str) -> Pod {
+        let mut pod = asking(name, created, 1);
+        pod.metadata.namespace = Some("kai-resource-reservation".into());
+        pod.metadata.labels = Some(BTreeMap::from([(
+            "runai-gpu-group".to_owned(),
+            group.to_owned(),
+        )]));
+        pod
+    }
+
+    fn sharer(name: &str, metadata: serde_json::Value) -> GpuUser {
+        user(
+            &pod(name, "2026-01-05T00:00:00Z", json!({"metadata": metadata})),
+            &[],
+        )
+    }
+
+    #[test]
+    fn sharing_pods_use_the_gpu_their_reservation_pod_holds() {
+        let mut topology = gpus(4);
+        let other = user(&asking("other", "2026-01-01T00:00:00Z", 1), &[]);
+        let reserve = user(&reservation("reserve", "2026-01-02T00:00:00Z", "g1"), &[]);
+        let half = sharer(
+            "half",
+            json!({"labels": {"runai-gpu-group": "g1"},
+                "annotations": {"gpu-fraction": "0.5", "run.ai/simulated-gpu-utilization": "30"}}),
+        );
+        let stranger = sharer("stranger", json!({"labels": {"runai-gpu-group": "g2"}}));
+        let users = [other, reserve.clone(), half, stranger];
+        assign(&mut topology, &users, false);
+        // The reservation pod holds GPU 1 and uses none of it; the sharer uses half its memory
+        // there; a pod of a group no reservation pod holds uses nothing.
+        assert_eq!(holders(&topology), ["other", "reserve", "", ""]);
+        let shared = &topology[1].status.pod_gpu_usage_status;
+        assert_eq!(shared.keys().collect::<Vec<_>>(), ["uid-half"]);
+        assert_eq!(shared["uid-half"].fb_used, 500);
+        assert_eq!(shared["uid-half"].utilization.max, 30);
+        assert!(
+            topology
+                .iter()
+                .all(|g| !g.status.pod_gpu_usage_status.contains_key("uid-stranger"))
+        );
+        // The reservation pod is told its GPU's UUID, until it carries it.
+        assert_eq!(
+            unannounced_reservations(&topology, &users),
+            [(
+                "kai-resource-reservation".to_owned(),
+                "reserve".to_owned(),
+                "GPU-1".to_owned()
+            )]
+        );
+        let mut announced = reservation("reserve", "2026-01-02T00:00:00Z", "g1");
+        announced.metadata.annotations = Some(BTreeMap::from([(
+            "run.ai/reserve_for_gpu_index".to_owned(),
+            "GPU-1".to_owned(),
+        )]));
+        let announced = user(&announced, &[]);
+        assert!(unannounced_reservations(&topology, std::slice::from_ref(&announced)).is_empty());
+
+        // `runai-gpu` names the GPU by the reservation's annotation, the UUID or the index.
+        for named in ["GPU-1", "1"] {
+            let mut topology = gpus(4);
+            let by_name = sharer("named", json!({"annotations": {"runai-gpu": named}}));
+            let unheld = sharer("unheld", json!({"annotations": {"runai-gpu": "GPU-3"}}));
+            assign(
+                &mut topology,
+                &[
+                    user(&asking("other", "2026-01-01T00:00:00Z", 1), &[]),
+                    announced.clone(),
+                    by_name,
+                    unheld,
+                ],
+                false,
+            );
+            let shared = &topology[1].status.pod_gpu_usage_status;
+            assert_eq!(shared.keys().collect::<Vec<_>>(), ["uid-named"], "{named}");
+            assert!(topology[3].status.pod_gpu_usage_status.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_pod_sharing_several_gpus_uses_each_its_group_holds() {
+        let mut topology = gpus(3);
+        let users = [
+            user(&reservation("r0", "2026-01-01T00:00:00Z", "g"), &[]),
+            user(&reservation("r1", "2026-01-02T00:00:00Z", "g"), &[]),
+            sharer(
+                "wide",
+                json!({"labels": {"runai-gpu-group": "g"},
+                "annotations": {"gpu-memory": "2000"}}),
+            ),
+        ];
+        assign(&mut topology, &users, false);
+        assert_eq!(holders(&topology), ["r0", "r1", ""]);
+        for gpu in &topology[..2] {
+            // gpu-memory is MiB, at most the GPU's.
+            assert_eq!(gpu.status.pod_gpu_usage_status["uid-wide"].fb_used, 1000);
+        }
+        // A pod outside the reservation namespaces asking for a GPU is an ordinary holder.
+        let plain = user(&asking("plain", "2026-01-01T00:00:00Z", 1), &[]);
+        assert_eq!(plain.sharing, Sharing::None);
+    }
+
+    #[test]
+    fn idle_gpu_pods_run_at_zero() {
+        let idle = user(
+            &asking("runai-idle-gpu-abc", "2026-01-01T00:00:00Z", 1),
+            &[],
+        );
+        assert_eq!(
+            (idle.usage.utilization.min, idle.usage.utilization.max),
+            (0, 0)
+        );
     }
 
     fn holders(gpus: &[GpuTopology]) -> Vec<&str> {
@@ -520,7 +796,17 @@ mod tests {
         );
         assert_eq!(extended_gpus(&with_init), 2);
         let none = pod("c", "2026-01-01T00:00:00Z", json!({}));
-        assert_eq!(gpu_user(&none, "n", |_| None, Defaults::default(), 1), None);
+        assert_eq!(
+            gpu_user(
+                &none,
+                "n",
+                |_| None,
+                Defaults::default(),
+                1,
+                &reservations()
+            ),
+            None
+        );
     }
 
     #[test]

@@ -89,11 +89,12 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             let answer = dynamic_mig::resolve(&ctx, &node, &mut gpu).await;
             let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
-            let topology = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
+            let (topology, users) = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
             ensure_node(&ctx, &node, &pool, &gpu, &topology, answer).await?;
             ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
+            announce_reservations(&ctx, &node.name_any(), &topology, &users).await?;
             report_malformed_utilization(&ctx, &node.name_any()).await;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
@@ -192,7 +193,7 @@ fn unhealthy_gpus(node: &Node) -> Vec<u32> {
     indices
 }
 
-/// The node's document: the pool's GPUs, with the pods that hold them now.
+/// The node's document: the pool's GPUs, with the pods that hold them now (returned too).
 fn desired_topology(
     ctx: &Context,
     node: &Node,
@@ -200,7 +201,7 @@ fn desired_topology(
     gpu: &ResolvedGpu,
     pods: &[Arc<Pod>],
     priority_classes: &HashMap<PodGroupKey, String>,
-) -> NodeTopology {
+) -> (NodeTopology, Vec<tracking::GpuUser>) {
     let name = node.name_any();
     // A document edited by hand into garbage is simply rebuilt.
     let previous =
@@ -223,12 +224,50 @@ fn desired_topology(
                 pool: default,
                 priority_class: class.map(String::as_str),
             };
-            tracking::gpu_user(pod, &name, claim, defaults, gpu.memory_mib)
+            tracking::gpu_user(
+                pod,
+                &name,
+                claim,
+                defaults,
+                gpu.memory_mib,
+                &ctx.reservations,
+            )
         })
         .collect();
     let mig_single = document.mig_strategy == "single";
     tracking::assign(&mut document.gpus, &users, mig_single);
-    document
+    (document, users)
+}
+
+/// Tells each reservation pod of the node which GPU it holds (annotation
+/// [`annotation::RESERVED_GPU`]), as the reservation pod itself does through NVML on a real
+/// GPU node: GPU-sharing schedulers bind the sharing pods once they read it. Written once, when
+/// missing, after the document that records the holder.
+async fn announce_reservations(
+    ctx: &Context,
+    node: &str,
+    document: &NodeTopology,
+    users: &[tracking::GpuUser],
+) -> Result<()> {
+    for (namespace, pod, uuid) in tracking::unannounced_reservations(&document.gpus, users) {
+        info!(node, %namespace, %pod, gpu = %uuid, "telling a reservation pod which GPU it holds");
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "annotations": {annotation::RESERVED_GPU: uuid}},
+        });
+        if let Err(error) = apply::apply(&pods, &pod, &patch).await {
+            // A pod deleted meanwhile refuses the apply (it would create one, which the
+            // operator may not): nothing to tell any more.
+            let reference = ObjectRef::new(&pod).within(&namespace);
+            if ctx.pods.get(&reference).is_some() {
+                return Err(error);
+            }
+            debug!(node, %namespace, %pod, %error, "reservation pod gone before it was told its GPU");
+        }
+    }
+    Ok(())
 }
 
 /// A Warning Event, once, on each pod of `node` whose utilization annotation does not parse.
