@@ -1,6 +1,7 @@
 //! The node controller: gives each node what the pool that owns it means for it (labels, status
-//! entries, a KWOK ResourceSlice, the topology ConfigMap with the pods holding its GPUs), and
-//! takes them away when no pool does.
+//! entries, a KWOK ResourceSlice, the topology ConfigMap with the pods holding its GPUs, the
+//! answer to Run:ai's dynamic MIG, the GPU each reservation pod holds), and takes them away when
+//! no pool does.
 
 pub mod dynamic_mig;
 pub mod labels;
