@@ -256,6 +256,38 @@ pub fn api_error(error: &kube::Error) -> Option<(u16, &str)> {
     }
 }
 
+/// Waits up to `timeout` for a Warning Event with `reason` about the cluster-scoped object
+/// `name` (a pool, a node: their Events go to namespace `default`) whose note mentions
+/// `mention`.
+pub async fn warning_event(
+    client: &Client,
+    name: &str,
+    reason: &str,
+    mention: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    eventually(
+        &format!("Warning Event {reason} about {name}"),
+        timeout,
+        || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.note.as_deref().is_some_and(|n| n.contains(mention))
+                })
+                .then_some(()))
+        },
+    )
+    .await
+}
+
 /// Polls `check` every 200 ms until it returns `Some`, or fails after `timeout` with `what`
 /// and the last reason `check` gave.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>

@@ -12,11 +12,10 @@ use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_pod, create_pool, eventually, install_crds, kwok_scenario,
-    running_pod, topology_of, unique_name,
+    running_pod, topology_of, unique_name, warning_event,
 };
 use k8s_openapi::api::{
     core::v1::Node,
-    events::v1::Event,
     resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice},
 };
 use kube::{
@@ -96,29 +95,23 @@ async fn mig_instances_are_scheduled_by_extended_resource_and_by_claim() -> anyh
         let nodes: Api<Node> = Api::all(client.clone());
         let n = eventually("MIG capacity on the KWOK node", CONVERGE, || async {
             let n = nodes.get(&node).await?;
-            let capacity = n.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
-            let count = |name: &str| capacity.get(name).map(|q| q.0.clone());
-            Ok((count("nvidia.com/mig-1g.10gb").as_deref() == Some("9")
-                && count("nvidia.com/mig-3g.40gb").as_deref() == Some("1")
-                && count("nvidia.com/gpu").as_deref() == Some("1"))
+            Ok((capacity(&n, "nvidia.com/mig-1g.10gb").as_deref() == Some("9")
+                && capacity(&n, "nvidia.com/mig-3g.40gb").as_deref() == Some("1")
+                && capacity(&n, "nvidia.com/gpu").as_deref() == Some("1"))
             .then_some(n))
         })
         .await?;
-        let labels = n.labels();
-        for (key, value) in [
-            ("nvidia.com/mig.strategy", "mixed"),
-            ("nvidia.com/mig-1g.10gb.count", "9"),
-            ("nvidia.com/mig-2g.20gb.count", "1"),
-            ("nvidia.com/mig-3g.40gb.memory", "40192"),
-            ("nvidia.com/mig-3g.40gb.engines.decoder", "2"),
-            ("nvidia.com/mig-1g.10gb.engines.copy", "1"),
-        ] {
-            ensure!(
-                labels.get(key).map(String::as_str) == Some(value),
-                "label {key}: {:?}",
-                labels.get(key)
-            );
-        }
+        ensure_labels(
+            &n,
+            &[
+                ("nvidia.com/mig.strategy", "mixed"),
+                ("nvidia.com/mig-1g.10gb.count", "9"),
+                ("nvidia.com/mig-2g.20gb.count", "1"),
+                ("nvidia.com/mig-3g.40gb.memory", "40192"),
+                ("nvidia.com/mig-3g.40gb.engines.decoder", "2"),
+                ("nvidia.com/mig-1g.10gb.engines.copy", "1"),
+            ],
+        )?;
 
         create_kwok_pod(
             &client,
@@ -235,6 +228,18 @@ mig-configs:
     - {name: 1g.10gb, position: 6, size: 1}
 "#;
 
+/// Fails naming the first of `expected` (key, value) that the node's labels lack.
+fn ensure_labels(node: &Node, expected: &[(&str, &str)]) -> anyhow::Result<()> {
+    for (key, value) in expected {
+        let actual = node.labels().get(*key);
+        ensure!(
+            actual.map(String::as_str) == Some(*value),
+            "label {key}: {actual:?}"
+        );
+    }
+    Ok(())
+}
+
 /// The node's capacity of `name`, if any.
 fn capacity(node: &Node, name: &str) -> Option<String> {
     node.status
@@ -250,35 +255,6 @@ async fn annotate(nodes: &Api<Node>, node: &str, value: Option<&str>) -> anyhow:
         .patch(node, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     Ok(())
-}
-
-/// Waits for a Warning Event `reason` about node `node` whose note says `says`. Events about
-/// cluster-scoped objects go to namespace `default`.
-async fn node_event(
-    client: &kube::Client,
-    node: &str,
-    reason: &str,
-    says: &str,
-) -> anyhow::Result<()> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    eventually(
-        &format!("Warning Event {reason} on the node"),
-        CONVERGE,
-        || async {
-            let list = events.list(&Default::default()).await?;
-            Ok(list
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some(reason)
-                        && e.note.as_deref().is_some_and(|n| n.contains(says))
-                })
-                .then_some(()))
-        },
-    )
-    .await
 }
 
 #[tokio::test]
@@ -302,7 +278,14 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
         // Run:ai configures only nodes it marks for dynamic MIG; elsewhere the annotation is
         // reported and changes nothing.
         annotate(&nodes, &node, Some(DYNAMIC_CONFIG)).await?;
-        node_event(&client, &node, "MigConfigIgnored", "runai-dynamic-mig=true").await?;
+        warning_event(
+            &client,
+            &node,
+            "MigConfigIgnored",
+            "runai-dynamic-mig=true",
+            CONVERGE,
+        )
+        .await?;
         let n = nodes.get(&node).await?;
         ensure!(
             capacity(&n, "nvidia.com/gpu").as_deref() == Some("2")
@@ -326,17 +309,14 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
             Ok(done.then_some(n))
         })
         .await?;
-        for (key, value) in [
-            ("nvidia.com/mig.strategy", "mixed"),
-            ("nvidia.com/mig-4g.40gb.count", "1"),
-            ("nvidia.com/mig-1g.10gb.count", "1"),
-        ] {
-            ensure!(
-                n.labels().get(key).map(String::as_str) == Some(value),
-                "label {key}: {:?}",
-                n.labels().get(key)
-            );
-        }
+        ensure_labels(
+            &n,
+            &[
+                ("nvidia.com/mig.strategy", "mixed"),
+                ("nvidia.com/mig-4g.40gb.count", "1"),
+                ("nvidia.com/mig-1g.10gb.count", "1"),
+            ],
+        )?;
         let encoded = n
             .annotations()
             .get("run.ai/mig-mapping")
@@ -417,7 +397,7 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
             .then_some(()))
         })
         .await?;
-        node_event(&client, &node, "InvalidMigConfig", "overlaps").await?;
+        warning_event(&client, &node, "InvalidMigConfig", "overlaps", CONVERGE).await?;
         let n = nodes.get(&node).await?;
         ensure!(
             capacity(&n, "nvidia.com/mig-2g.20gb").as_deref() == Some("1")

@@ -13,7 +13,7 @@ use fakegpu_api::{
 };
 use fakegpu_e2e::{
     Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, create_pool, eventually, http_get,
-    install_crds, operator_address, topology_of, unique_name,
+    install_crds, operator_address, topology_of, unique_name, warning_event,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -66,30 +66,6 @@ fn condition<'a>(pool: &'a GpuNodePool, type_: &str) -> Option<(&'a str, &'a str
         .iter()
         .find(|c| c.type_ == type_)?;
     Some((condition.status.as_str(), condition.reason.as_str()))
-}
-
-/// Waits for a Warning Event about pool `pool` with `reason` whose note mentions `mention`.
-async fn warning_event(
-    client: &Client,
-    pool: &str,
-    reason: &str,
-    mention: &str,
-) -> anyhow::Result<()> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    eventually(&format!("Warning Event {reason}"), CONVERGE, || async {
-        let list = events.list(&ListParams::default()).await?;
-        Ok(list
-            .items
-            .iter()
-            .any(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool)
-                    && e.reason.as_deref() == Some(reason)
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.note.as_deref().is_some_and(|n| n.contains(mention))
-            })
-            .then_some(()))
-    })
-    .await
 }
 
 /// Waits until the pool's status is current, Ready, and counts `nodes` nodes.
@@ -397,7 +373,7 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
             "a pool that does not resolve labelled a node"
         );
 
-        warning_event(&client, &pool, "UnknownProfile", "future-gpu").await?;
+        warning_event(&client, &pool, "UnknownProfile", "future-gpu", CONVERGE).await?;
 
         // Fixing the profile brings the pool up.
         pools(&client)
@@ -693,7 +669,7 @@ async fn a_node_that_cannot_be_labelled_becomes_a_condition() -> anyhow::Result<
                 .map(drop))
         })
         .await?;
-        warning_event(&client, &pool, "NodeUpdateFailed", &node).await?;
+        warning_event(&client, &pool, "NodeUpdateFailed", &node, CONVERGE).await?;
 
         bindings
             .delete(&policy_name, &DeleteParams::default())
