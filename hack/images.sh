@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds fakegpu's container images without Docker: static musl binaries, then one OCI image
+# archive per image under target/images/, named exactly as the install bundle (config/) names
+# the images, so that loading an archive is all a cluster needs.
+#
+#   hack/images.sh             build the binaries (release, x86_64-unknown-linux-musl) and the archives
+#   hack/images.sh archives    only (re)write the archives from binaries already built
+#   hack/images.sh refs        print the image references the bundle names
+#
+# Loading them (see the README's install section):
+#   ctr -n k8s.io images import target/images/fakegpu-operator.tar
+#   kind load image-archive target/images/fakegpu-operator.tar
+#   skopeo copy oci-archive:target/images/fakegpu-operator.tar docker://REGISTRY/fakegpu-operator:vX.Y.Z
+#
+# Needs: rustup's x86_64-unknown-linux-musl target and Debian's musl-tools (ring's C code is
+# compiled with musl-gcc). The archives are reproducible: the same binaries give the same digests.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib/oci.sh
+source "$repo/hack/lib/oci.sh"
+
+target=x86_64-unknown-linux-musl
+bins=$repo/target/$target/release
+out=${FAKEGPU_IMAGES_DIR:-$repo/target/images}
+images=(fakegpu-operator fakegpu-exporter fakegpu-node-agent)
+
+log() { printf '[images] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The reference the bundle's manifests give <image>: the bundle is the one place that names it.
+ref_of() {
+  local refs
+  refs=$(grep -rhoE "image: *[^ ]*/$1:[^ ]+" "$repo/config" | sed 's/image: *//' | sort -u)
+  [[ -n $refs ]] || die "config/ names no image $1"
+  [[ $(wc -l <<<"$refs") -eq 1 ]] || die "config/ names $1 with different tags: $refs"
+  echo "$refs"
+}
+
+build() {
+  command -v musl-gcc >/dev/null || die "musl-gcc not found: apt-get install musl-tools"
+  rustup target list --installed 2>/dev/null | grep -qx "$target" ||
+    rustup target add "$target" >&2
+  log "building ${images[*]} for $target (release; a cold build takes 10-15 minutes on 2 cores)"
+  local start=$SECONDS
+  # Paths of this machine stay out of the binaries, so another checkout builds the same bytes.
+  RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
+    cargo build --locked --release --target "$target" \
+    -p fakegpu-operator -p fakegpu-exporter -p fakegpu-node-agent >&2
+  log "built in $((SECONDS - start))s"
+}
+
+# The files of one image: its binary, and for the node agent the nvidia-smi it installs on the
+# node for containers given GPUs (it looks for it beside its own binary).
+rootfs_of() { # <image> <dir>
+  local image=$1 dir=$2
+  mkdir -p "$dir/usr/local/bin"
+  install -m 0755 "$bins/$image" "$dir/usr/local/bin/$image"
+  if [[ $image == fakegpu-node-agent ]]; then
+    install -m 0755 "$bins/nvidia-smi" "$dir/usr/local/bin/nvidia-smi"
+  fi
+  chmod 0755 "$dir" "$dir/usr" "$dir/usr/local" "$dir/usr/local/bin"
+}
+
+# The user an image runs as when the pod does not say: the node agent writes into the kubelet's
+# root-owned directories; the others need no privilege (the bundle's Deployments say the same).
+user_of() { [[ $1 == fakegpu-node-agent ]] && echo 0:0 || echo 65532:65532; }
+
+archives() {
+  local image ref work digest
+  mkdir -p "$out"
+  for image in "${images[@]}"; do
+    [[ -x $bins/$image ]] || die "$bins/$image is not built: run $0"
+    ref=$(ref_of "$image")
+    work=$(mktemp -d)
+    rootfs_of "$image" "$work"
+    digest=$(oci_image_archive "$out/$image.tar" "$ref" "$(user_of "$image")" "$work" "/usr/local/bin/$image")
+    rm -rf "$work"
+    printf '%s\t%s\t%s\n' "$ref" "$digest" "$out/$image.tar"
+  done
+}
+
+case ${1:-all} in
+  all) build && archives ;;
+  archives) archives ;;
+  refs) for image in "${images[@]}"; do ref_of "$image"; done ;;
+  *) echo "usage: $0 [all|archives|refs]" >&2; exit 2 ;;
+esac
