@@ -52,7 +52,7 @@ build() {
   mkdir -p "$bin"
   build_module controlplane controlplane
   build_module kwok kwok
-  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
     ln -sf controlplane "$bin/$name"
   done
 }
@@ -80,6 +80,7 @@ issue_cert() { # <name> <subject> [<subjectAltName>]
 }
 
 pki() {
+  kubelet_client_cert
   [[ -f $dir/pki/admin.crt ]] && return
   log "creating certificates in $dir/pki"
   mkdir -p "$dir/pki"
@@ -90,6 +91,14 @@ pki() {
   issue_cert admin "/O=system:masters/CN=admin"
   openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$dir/pki/sa.key" -pubout -out "$dir/pki/sa.pub" 2>/dev/null
+  kubelet_client_cert
+}
+
+# The API server's client certificate for kubelets (`kubectl logs/exec` on hack/node.sh's real
+# node, whose kubelet authorizes it by webhook); also made for clusters created before it was.
+kubelet_client_cert() {
+  [[ -f $dir/pki/ca.key && ! -f $dir/pki/apiserver-kubelet-client.crt ]] || return 0
+  issue_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 }
 
 kubeconfig() {
@@ -169,6 +178,9 @@ EOF
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$apiserver_port" \
     --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
     --client-ca-file="$dir/pki/ca.crt" \
+    --kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$dir/pki/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
     --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \

@@ -1,0 +1,490 @@
+#!/usr/bin/env bash
+# A real kubelet node in the local cluster of hack/cluster.sh: kubelet (built from the same
+# Kubernetes modules as the control plane), containerd 2 (from the Go module proxy), Debian's
+# runc and CNI plugins, and a pause image built here. All traffic stays on loopback.
+#
+#   hack/node.sh up        build what is missing, start containerd and the kubelet, wait for Ready
+#   hack/node.sh down      delete the node's pods, stop everything, undo what they did to the host
+#   hack/node.sh load TAR  import an OCI image archive into the node's containerd (hack/images.sh)
+#   hack/node.sh bundle    import hack/images.sh's archives and apply the install bundle through
+#                          hack/local-overlay: operator, exporter and node agents run in-cluster
+#   hack/node.sh name      print the node's name
+#   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
+#                          cgroups, links, directories): hack/test.sh compares before and after
+#   hack/node.sh check     say whether this machine can run the node (Linux, root, runc, CNI)
+#
+# Needs root, Linux, Debian's `runc` and `containernetworking-plugins`, and a running cluster
+# (KUBECONFIG from hack/cluster.sh, whose CA signs the node's certificates). One node per
+# machine: the kubelet's ports and /var/lib/kubelet (which the install bundle's hostPaths name)
+# are the host's. Node name: $FAKEGPU_NODE_NAME (default fakegpu-node-0).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib/oci.sh
+source "$repo/hack/lib/oci.sh"
+dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
+bin=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}
+node=${FAKEGPU_NODE_NAME:-fakegpu-node-0}
+containerd_version=v2.2.3
+# Host paths the node owns. /var/lib/kubelet is fixed (device-plugin and DRA sockets live there
+# for the bundle's hostPaths); the rest is the node's own, removed by `down`.
+kubelet_root=/var/lib/kubelet
+node_lib=/var/lib/fakegpu-node
+node_run=/run/fakegpu-node
+containerd_sock=$node_run/containerd.sock
+cni_network=fakegpu
+cni_bridge=fakegpu0
+cni_subnet=10.88.0.0/24
+# Host directories the node's pods write into (CDI specs, nvidia-smi, CNI leases): `down`
+# removes what was put there, and the directory itself when `up` created it.
+host_dirs=(/var/run/cdi /var/lib/fakegpu /var/lib/cni)
+# The chains the kubelet adds to iptables (see pkg/kubelet/kubelet_network_linux.go).
+kubelet_chains=(KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT)
+pause_ref=fakegpu.local/pause:v1
+# A shell for test and demo pods (no registry to pull one from): Debian's busybox-static.
+busybox_ref=fakegpu.local/busybox:v1
+state=$dir/node
+
+log() { printf '[node] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+k() { "$bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" "$@"; }
+ctr_() { "$bin/containerd/ctr" --address "$containerd_sock" --namespace k8s.io "$@" 2>>"$dir/logs/ctr.log"; }
+
+# --- can this machine run it ---------------------------------------------------------------
+
+check() {
+  [[ $(uname -s) == Linux ]] || { echo "not Linux"; return 1; }
+  [[ $(id -u) == 0 ]] || { echo "not root (the kubelet and containerd need root)"; return 1; }
+  command -v runc >/dev/null || { echo "runc not found (apt-get install runc)"; return 1; }
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
+    { echo "CNI plugins not found (apt-get install containernetworking-plugins)"; return 1; }
+  [[ -x /bin/busybox ]] && grep -q 'not a dynamic' <(ldd /bin/busybox 2>&1) ||
+    { echo "no static busybox for test pods (apt-get install busybox-static)"; return 1; }
+  if [[ -e $kubelet_root ]] && ! [[ -f $state/owns-kubelet-root ]]; then
+    echo "$kubelet_root exists: another kubelet owns this machine"
+    return 1
+  fi
+}
+
+# --- build -----------------------------------------------------------------------------------
+
+build() {
+  "$repo/hack/cluster.sh" build # the kubelet is in the control plane's multi-call binary
+  if [[ ! -x $bin/containerd/containerd || $(cat "$bin/containerd/version" 2>/dev/null) != "$containerd_version" ]]; then
+    log "building containerd $containerd_version from the Go module proxy (about 2 minutes on 2 cores)"
+    local start=$SECONDS cmd
+    mkdir -p "$bin/containerd"
+    for cmd in containerd containerd-shim-runc-v2 ctr; do
+      (cd /tmp && CGO_ENABLED=0 GOBIN=$bin/containerd go install -trimpath -ldflags='-s -w' \
+        -tags 'no_btrfs no_devmapper no_zfs' "github.com/containerd/containerd/v2/cmd/$cmd@$containerd_version")
+    done
+    echo "$containerd_version" >"$bin/containerd/version"
+    log "built containerd in $((SECONDS - start))s"
+  fi
+  local pause_stamp
+  pause_stamp=$(cat "$repo"/hack/pause/go.mod "$repo"/hack/pause/*.go | sha256sum | cut -c1-16)
+  if [[ ! -f $bin/pause.tar || $(cat "$bin/pause.stamp" 2>/dev/null) != "$pause_stamp" ]]; then
+    log "building the pause image"
+    local rootfs
+    rootfs=$(mktemp -d)
+    (cd "$repo/hack/pause" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$rootfs/pause" .)
+    chmod 0755 "$rootfs" "$rootfs/pause"
+    oci_image_archive "$bin/pause.tar" "$pause_ref" 65535:65535 "$rootfs" /pause >/dev/null
+    rm -rf "$rootfs"
+    echo "$pause_stamp" >"$bin/pause.stamp"
+  fi
+  if [[ ! -f $bin/busybox.tar || /bin/busybox -nt $bin/busybox.tar ]]; then
+    local rootfs applet
+    rootfs=$(mktemp -d)
+    mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/usr/bin"
+    install -m 0755 /bin/busybox "$rootfs/bin/busybox"
+    for applet in sh ls cat env sleep grep wc head tail echo true test ps; do
+      ln -s busybox "$rootfs/bin/$applet"
+    done
+    chmod 0755 "$rootfs" "$rootfs/bin" "$rootfs/usr" "$rootfs/usr/bin"
+    chmod 1777 "$rootfs/tmp"
+    oci_image_archive "$bin/busybox.tar" "$busybox_ref" 0:0 "$rootfs" /bin/sh >/dev/null
+    rm -rf "$rootfs"
+  fi
+}
+
+# --- configuration ---------------------------------------------------------------------------
+
+# The node's client certificate (Node authorizer, NodeRestriction) and its serving certificate,
+# signed by the cluster's CA.
+certificates() {
+  local pki=$state/pki
+  [[ -f $pki/kubelet-client.crt ]] && return
+  mkdir -p "$pki"
+  sign() { # <name> <subject> <extensions>
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/$1.key" -subj "$2" -out "$pki/$1.csr" 2>/dev/null
+    printf '%s\n' "$3" >"$pki/$1.ext"
+    openssl x509 -req -in "$pki/$1.csr" -CA "$dir/pki/ca.crt" -CAkey "$dir/pki/ca.key" -CAcreateserial \
+      -days 365 -sha256 -extfile "$pki/$1.ext" -out "$pki/$1.crt" 2>/dev/null
+    rm -f "$pki/$1.csr" "$pki/$1.ext"
+  }
+  sign kubelet-client "/O=system:nodes/CN=system:node:$node" \
+    $'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
+  sign kubelet-serving "/O=system:nodes/CN=system:node:$node" \
+    $'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:'"$node"
+}
+
+configure() {
+  local server
+  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  mkdir -p "$state" "$state/cni"
+  cat >"$state/kubelet.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "$server", certificate-authority: "$dir/pki/ca.crt"}
+users:
+- name: $node
+  user: {client-certificate: "$state/pki/kubelet-client.crt", client-key: "$state/pki/kubelet-client.key"}
+contexts:
+- name: $node
+  context: {cluster: local, user: $node}
+current-context: $node
+EOF
+  # Loopback only; webhook authentication and authorization, so that `kubectl logs/exec` work
+  # with the API server's kubelet client certificate and nothing else reaches the kubelet.
+  cat >"$state/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: "$dir/pki/ca.crt"}
+authorization: {mode: Webhook}
+tlsCertFile: "$state/pki/kubelet-serving.crt"
+tlsPrivateKeyFile: "$state/pki/kubelet-serving.key"
+containerRuntimeEndpoint: "unix://$containerd_sock"
+# This kind of machine has cgroup v1, which Kubernetes >= 1.35 refuses unless told.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+# The disk is shared with builds: never evict test pods or collect their images.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+serializeImagePulls: false
+rotateCertificates: false
+EOF
+  # Plain runc (the `nvidia` RuntimeClass's handler), CDI for DRA, and the settings this kind
+  # of machine needs (see the README's node section): root lacks CAP_SYS_RESOURCE, so the
+  # sandbox's oom_score_adj must not go below ours; the pause image is local.
+  cat >"$state/containerd.toml" <<EOF
+version = 3
+root = "$node_lib/containerd"
+state = "$node_run/containerd"
+[grpc]
+  address = "$containerd_sock"
+[ttrpc]
+  address = "$containerd_sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$pause_ref"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_cdi = true
+  cdi_spec_dirs = ["/var/run/cdi"]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$state/cni"
+EOF
+  # A bridge without masquerading: pods reach each other and the host, nothing else.
+  cat >"$state/cni/10-$cni_network.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "$cni_network", "plugins": [
+  {"type": "bridge", "bridge": "$cni_bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cni_subnet"}]]}}
+]}
+EOF
+}
+
+# --- processes -------------------------------------------------------------------------------
+
+pid_of() { cat "$state/$1.pid" 2>/dev/null || true; }
+running() { local pid; pid=$(pid_of "$1"); [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; }
+
+start() { # <name> <command...>
+  local name=$1
+  shift
+  running "$name" && return
+  mkdir -p "$dir/logs"
+  # PATH first: containerd starts the shim it finds there, and the shim finds runc by config.
+  PATH=$bin/containerd:$PATH setsid "$@" >>"$dir/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$state/$name.pid"
+}
+
+stop() { # <name>
+  local pid
+  pid=$(pid_of "$1")
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$state/$1.pid"
+}
+
+wait_for() { # <what> <seconds> <command...>
+  local what=$1 deadline=$((SECONDS + $2))
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "$what not ready after $(($2))s; see $dir/logs/"
+    sleep 0.5
+  done
+}
+
+node_ready() {
+  k get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+}
+
+# Remembers which host directories and nftables tables existed before `up`, so that `down`
+# removes only what the node made.
+record_host_state() {
+  [[ -f $state/host-dirs ]] && return
+  local d
+  for d in "${host_dirs[@]}"; do
+    if [[ -e $d ]]; then echo "existed $d"; else echo "created $d"; fi
+  done >"$state/host-dirs"
+  if command -v nft >/dev/null; then nft list tables >"$state/nft-tables" 2>/dev/null || true; fi
+  : >"$state/owns-kubelet-root"
+}
+
+up() {
+  local why
+  why=$(check) || die "this machine cannot run a real node: $why"
+  [[ -f $dir/admin.kubeconfig ]] || die "no cluster in $dir: run hack/cluster.sh up first"
+  build
+  local start=$SECONDS
+  mkdir -p "$state"
+  record_host_state
+  certificates
+  configure
+  mkdir -p "$node_lib" "$node_run"
+  start containerd "$bin/containerd/containerd" --config "$state/containerd.toml"
+  wait_for containerd 30 ctr_ version
+  ctr_ images import "$bin/pause.tar" >/dev/null
+  ctr_ images label "$pause_ref" io.cri-containerd.pinned=pinned >/dev/null
+  ctr_ images import "$bin/busybox.tar" >/dev/null
+  start kubelet "$bin/kubelet" --config="$state/kubelet.yaml" --kubeconfig="$state/kubelet.kubeconfig" \
+    --root-dir="$kubelet_root" --node-ip=127.0.0.1 --hostname-override="$node" --v=2
+  wait_for "node $node" 120 k get node "$node"
+  # The kubelet refuses a loopback address in the node's status ("nodeIP can't be loopback
+  # address", logged at every status update) and so publishes none; the API server needs one
+  # to reach it for `kubectl logs/exec`. Set as KWOK sets its nodes' addresses.
+  k patch node "$node" --subresource=status --type=merge \
+    -p '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"'"$node"'"}]}}' >/dev/null
+  wait_for "node $node" 120 node_ready
+  log "node $node Ready in $((SECONDS - start))s (kubelet, containerd $containerd_version, runc, CNI bridge $cni_bridge)"
+}
+
+# --- the install bundle, in-cluster ---------------------------------------------------------
+
+bundle() {
+  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port
+  running containerd || die "the node is not up: run $0 up"
+  for archive in "$images"/fakegpu-*.tar; do
+    [[ -f $archive ]] || die "no image archives in $images: run hack/images.sh"
+    ctr_ images import "$archive" >/dev/null
+  done
+  port=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  port=${port##*:}
+  # The overlay plus the one value it cannot know: this cluster's API server port.
+  mkdir -p "$dir/bundle"
+  cat >"$dir/bundle/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay")
+configMapGenerator:
+- name: local-apiserver
+  namespace: fakegpu-system
+  literals: [port=$port]
+generatorOptions: {disableNameSuffixHash: true}
+EOF
+  k apply --server-side --field-manager=fakegpu-install -k "$dir/bundle" >/dev/null
+  k wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
+  k -n fakegpu-system rollout status deployment/fakegpu-operator --timeout=180s >&2
+  k -n fakegpu-system rollout status deployment/fakegpu-exporter --timeout=180s >&2
+  log "install bundle running in-cluster (hack/local-overlay)"
+}
+
+# --- teardown --------------------------------------------------------------------------------
+
+# Deletes the node's pods and waits while the kubelet stops them, which runs CNI DEL and DRA
+# unprepare. DaemonSet pods come back until the kubelet stops; what is left is removed below.
+delete_pods() {
+  k get node "$node" >/dev/null 2>&1 || return 0
+  running kubelet || return 0
+  k cordon "$node" >/dev/null 2>&1 || true
+  k delete pods -A --field-selector "spec.nodeName=$node" --wait=false >/dev/null 2>&1 || true
+  local deadline=$((SECONDS + 60))
+  while ((SECONDS < deadline)); do
+    # Pods that are not DaemonSet pods (those are re-created) are all gone.
+    [[ -z $(k get pods -A --field-selector "spec.nodeName=$node" \
+      -o jsonpath='{range .items[?(@.metadata.ownerReferences[0].kind!="DaemonSet")]}{.metadata.name}{"\n"}{end}' 2>/dev/null) ]] && break
+    sleep 1
+  done
+  k delete pods -A --field-selector "spec.nodeName=$node" --wait=false >/dev/null 2>&1 || true
+  sleep 2
+}
+
+# Whatever containers remain (the kubelet is gone): killed, removed, their snapshots with them.
+remove_containers() {
+  [[ -S $containerd_sock ]] && running containerd || return 0
+  local id
+  for id in $(ctr_ tasks ls -q 2>/dev/null); do
+    ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+  done
+  sleep 1
+  for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1 || true; done
+  for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers rm "$id" >/dev/null 2>&1 || true; done
+}
+
+unmount_under() { # <dir>...: every mount at or below, deepest first
+  local d m
+  for d in "$@"; do
+    while read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(findmnt -rn -o TARGET | grep -E "^$d(/|$)" | sort -r)
+  done
+}
+
+remove_iptables_chains() {
+  local tool table chain rule
+  for tool in iptables ip6tables; do
+    command -v "$tool" >/dev/null || continue
+    for table in filter nat mangle; do
+      for chain in "${kubelet_chains[@]}"; do
+        "$tool" -t "$table" -S "$chain" >/dev/null 2>&1 || continue
+        # Jumps into the chain from the built-in chains first, then the chain itself.
+        while read -r rule; do
+          eval "$tool -t $table ${rule/-A /-D }" 2>/dev/null || true
+        done < <("$tool" -t "$table" -S 2>/dev/null | grep -E -- "^-A [A-Z]+ .*-j $chain( |$)")
+        "$tool" -t "$table" -F "$chain" 2>/dev/null || true
+        "$tool" -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
+
+# The kubelet's iptables calls create the (iptables-nft) tables they touch; once its chains are
+# gone, the tables that were not there before `up` and hold no rule go too.
+remove_nft_tables() {
+  command -v nft >/dev/null && [[ -f $state/nft-tables ]] || return 0
+  local word family table
+  while read -r word family table; do
+    [[ $word == table ]] || continue
+    grep -qx "table $family $table" "$state/nft-tables" && continue
+    if [[ -z $(nft list table "$family" "$table" 2>/dev/null | grep -vE '^[[:space:]]*(table |chain |type |policy |}|$)') ]]; then
+      nft delete table "$family" "$table" 2>/dev/null || true
+    fi
+  done < <(nft list tables 2>/dev/null)
+  rm -f "$state/nft-tables"
+}
+
+remove_cgroups() { # the kubelet's QoS tree under every controller, deepest first
+  local tree
+  for tree in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+    [[ -d $tree ]] || continue
+    find "$tree" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+}
+
+restore_host_dirs() {
+  [[ -f $state/host-dirs ]] || return 0
+  local how d
+  while read -r how d; do
+    if [[ $how == created ]]; then
+      rm -rf "$d"
+    fi
+  done <"$state/host-dirs"
+  # Where the directory was there before, only what the node's pods left in it goes.
+  rm -f /var/run/cdi/k8s.gpu.nvidia.com-* /var/run/cdi/k8s.compute-domain.nvidia.com-* 2>/dev/null || true
+  rm -rf "/var/lib/cni/networks/$cni_network" "/var/lib/cni/results/$cni_network-"* 2>/dev/null || true
+  rm -f "$state/host-dirs"
+}
+
+down() {
+  mkdir -p "$state"
+  delete_pods
+  stop kubelet
+  remove_containers
+  stop containerd
+  # Shims outlive containerd by design; these are ours (their address names our socket).
+  pkill -KILL -f "containerd-shim-runc-v2 .*$containerd_sock" 2>/dev/null || true
+  sleep 0.5
+  unmount_under "$kubelet_root" "$node_lib" "$node_run"
+  ip link delete "$cni_bridge" 2>/dev/null || true
+  remove_iptables_chains
+  remove_nft_tables
+  remove_cgroups
+  rm -rf "$kubelet_root" "$node_lib" "$node_run"
+  restore_host_dirs
+  rm -f "$state/owns-kubelet-root"
+  if [[ -f $dir/admin.kubeconfig ]]; then
+    k delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
+  log "node $node stopped and the host restored"
+}
+
+# --- snapshot of what `down` must restore ----------------------------------------------------
+
+snapshot() {
+  echo "# mounts"
+  findmnt -rn -o TARGET | sort
+  echo "# links"
+  ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort
+  for tool in iptables ip6tables; do
+    command -v "$tool-save" >/dev/null || continue
+    echo "# $tool"
+    "$tool-save" 2>/dev/null | { grep -v '^#' || true; } | sed -E 's/\[[0-9]+:[0-9]+\]//'
+  done
+  if command -v nft >/dev/null; then
+    echo "# nftables"
+    nft list ruleset 2>/dev/null | { grep -vE 'counter packets' || true; }
+  fi
+  echo "# cgroups"
+  find /sys/fs/cgroup -mindepth 1 -maxdepth 3 -type d -name 'kube*' 2>/dev/null | sort
+  echo "# directories"
+  local d
+  for d in "$kubelet_root" "$node_lib" "$node_run" "${host_dirs[@]}"; do
+    if [[ -e $d ]]; then find "$d" -maxdepth 2 | sort; fi
+  done
+  echo "# processes"
+  pgrep -a -f "$bin/(kubelet|containerd)|containerd-shim-runc-v2 .*$containerd_sock" | awk '{print $2}' | sort || true
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  load)
+    [[ -n ${2:-} ]] || die "usage: $0 load ARCHIVE.tar..."
+    shift
+    for archive in "$@"; do ctr_ images import "$archive" >/dev/null; done
+    ;;
+  bundle) bundle ;;
+  name) echo "$node" ;;
+  snapshot) snapshot ;;
+  check) check ;;
+  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|name|snapshot|check}" >&2; exit 2 ;;
+esac
