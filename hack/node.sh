@@ -425,7 +425,9 @@ restore_host_dirs() {
 }
 
 down() {
-  mkdir -p "$state"
+  # Only what `up` started: the chains, cgroups and directories below may belong to another
+  # kubelet otherwise.
+  [[ -f $state/owns-kubelet-root ]] || { log "no node of hack/node.sh here"; return 0; }
   delete_pods
   stop kubelet
   remove_containers
