@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, clippy, unit tests, then the e2e tests against a fresh local
-# control plane (hack/cluster.sh) that is stopped again afterwards. Exits non-zero on any failure.
+# control plane (hack/cluster.sh) that is stopped again afterwards, then the install path: the
+# images (hack/images.sh), a real kubelet node (hack/node.sh) with the bundle running
+# in-cluster, GPU pods in real containers, and a check that the node's teardown restored the
+# host. Exits non-zero on any failure.
+#
+# The real node needs Linux and root (hack/node.sh check says why not); where it cannot run,
+# FAKEGPU_SKIP_REAL_NODE=1 skips that phase, saying so, and nothing skips it silently.
 #
 # The test cluster uses its own state directory and ports, so a demo cluster (hack/demo.sh) can
-# keep running beside it.
+# keep running beside it (but not its real node: one kubelet per machine).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -26,7 +32,7 @@ export FAKEGPU_KCM_PORT=20257 FAKEGPU_SCHEDULER_PORT=20259 FAKEGPU_KWOK_PORT=202
 export FAKEGPU_HTTP_ADDR=127.0.0.1:28080
 hack/cluster.sh down >/dev/null 2>&1 || true
 rm -rf "$FAKEGPU_CLUSTER_DIR"
-trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
+trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
 
 step "operator from the install bundle (its ServiceAccount, its RBAC)"
@@ -44,3 +50,42 @@ cargo build --locked -p fakegpu-node-agent
 FAKEGPU_AGENT_KUBECONFIG=$(hack/operator.sh kubeconfig fakegpu-node-agent) \
   FAKEGPU_NODE_AGENT=$repo/target/debug/fakegpu-node-agent \
   go -C hack/kubelet-harness test ./... -count=1 -v
+
+step "images: static binaries and OCI archives (hack/images.sh), reproducible"
+hack/images.sh
+again=$(mktemp -d)
+FAKEGPU_IMAGES_DIR=$again hack/images.sh archives >/dev/null
+for archive in target/images/*.tar; do
+  cmp -s "$archive" "$again/$(basename "$archive")" ||
+    { echo "$archive differs when written again from the same binaries" >&2; exit 1; }
+done
+rm -rf "$again"
+echo "same binaries, same archives: $(cd target/images && ls ./*.tar | tr '\n' ' ')"
+
+if [[ ${FAKEGPU_SKIP_REAL_NODE:-} == 1 ]]; then
+  step "real node: SKIPPED (FAKEGPU_SKIP_REAL_NODE=1)"
+  exit 0
+fi
+step "real node (hack/node.sh) with the install bundle in-cluster"
+if ! why=$(hack/node.sh check); then
+  echo "this machine cannot run the real node: $why (FAKEGPU_SKIP_REAL_NODE=1 skips this phase)" >&2
+  exit 1
+fi
+# The bundle's own operator takes over from the host process the KWOK phase ran.
+hack/operator.sh stop
+hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
+hack/node.sh up
+hack/node.sh bundle
+
+step "e2e tests on the real node, inside real containers"
+FAKEGPU_REAL_NODE=$(hack/node.sh name) \
+  cargo test --locked -p fakegpu-e2e --test real_node -- --ignored --test-threads=1
+
+step "real node down: the host as it was"
+hack/node.sh down
+hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-after.txt"
+if ! diff -u "$FAKEGPU_CLUSTER_DIR/host-before.txt" "$FAKEGPU_CLUSTER_DIR/host-after.txt"; then
+  echo "hack/node.sh down left the host changed (above)" >&2
+  exit 1
+fi
+echo "mounts, links, iptables, nftables, cgroups, directories and processes as before"
