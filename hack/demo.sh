@@ -2,7 +2,10 @@
 # The main job on a laptop-sized default: build, start the local control plane, install the
 # bundle (CRDs, RBAC, namespace) and run the operator with its ServiceAccount, create KWOK nodes
 # for each sample pool, apply the samples, run the examples, start the GPU metrics exporter,
-# partition one node's GPU as Run:ai's dynamic MIG does, and show what a user sees. Everything keeps running; the last line says how to stop it.
+# partition one node's GPU as Run:ai's dynamic MIG does, and show what a user sees; then, where
+# the machine allows (Linux, root), build the images, add a real kubelet node, run the bundle
+# in-cluster and `kubectl exec` nvidia-smi in a real container. Everything keeps running; the
+# last line says how to stop it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -98,7 +101,49 @@ for _ in $(seq 1 50); do
 done
 NODE_NAME=$mig_node FAKEGPU_EXPORTER_URL=http://$exporter_addr target/debug/nvidia-smi -L || true
 
+echo; echo "==> a real node: kubelet, containerd and runc, with the bundle running in-cluster"
+if ! why=$(hack/node.sh check); then
+  echo "no real node on this machine ($why); the KWOK nodes above are the demo"
+  echo
+  echo "Use the cluster:"
+  hack/cluster.sh env
+  echo "Stop it: kill \$(cat $state/run/exporter.pid); hack/operator.sh stop; hack/cluster.sh down"
+  exit 0
+fi
+echo "building the images (hack/images.sh: a cold build takes 5-10 minutes, cargo shows its progress)"
+hack/images.sh >/dev/null
+# The bundle's own operator and exporter take over from the host processes above (the
+# exporter's port is the in-cluster one's).
+kill "$(cat "$state/run/exporter.pid")" 2>/dev/null || true
+hack/operator.sh stop
+hack/node.sh up
+hack/node.sh bundle
+real_node=$(hack/node.sh name)
+$kubectl label node "$real_node" --overwrite run.ai/simulated-gpu-node-pool=default >/dev/null
+$kubectl wait node "$real_node" --timeout=90s --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=2 >/dev/null
+# Host network: this local cluster has no cluster DNS, and nvidia-smi asks the exporter.
+$kubectl apply -n demo -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: real-gpu-pod}
+spec:
+  runtimeClassName: nvidia
+  hostNetwork: true
+  nodeSelector: {kubernetes.io/hostname: $real_node}
+  containers:
+  - name: main
+    image: fakegpu.local/busybox:v1
+    imagePullPolicy: Never
+    command: [sleep, "86400"]
+    resources: {limits: {nvidia.com/gpu: 1}}
+EOF
+$kubectl wait -n demo pod/real-gpu-pod --for=condition=Ready --timeout=90s >/dev/null
+show get pods -n fakegpu-system -o wide
+show get node "$real_node" -o 'custom-columns=NODE:.metadata.name,POOL:.metadata.labels.fakegpu\.dev/pool,PRODUCT:.metadata.labels.nvidia\.com/gpu\.product,GPU:.status.allocatable.nvidia\.com/gpu'
+show exec -n demo real-gpu-pod -- nvidia-smi
+show exec -n demo real-gpu-pod -- nvidia-smi -L
+
 echo
 echo "Use the cluster:"
 hack/cluster.sh env
-echo "Stop it: kill \$(cat $state/run/exporter.pid); hack/operator.sh stop; hack/cluster.sh down"
+echo "Stop it: hack/node.sh down; hack/cluster.sh down"
