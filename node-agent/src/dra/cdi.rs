@@ -55,6 +55,17 @@ fn device_variable(device: &str) -> String {
     format!("GPU_DEVICE_{}", device.replace('-', "_"))
 }
 
+/// A GPU or MIG device's own variables: its name and UUID, and how the claim shares it.
+fn gpu_device_env(device: &PreparedDevice) -> Vec<String> {
+    let variable = device_variable(&device.device);
+    let mut env = vec![
+        format!("{variable}={}", device.device),
+        format!("{variable}_UUID={}", device.uuid),
+    ];
+    env.extend(device.sharing.iter().flat_map(|s| s.env(&variable)));
+    env
+}
+
 /// The spec of GPU claim `uid`. Every device names itself in the environment; the claim's GPUs
 /// together are `NVIDIA_VISIBLE_DEVICES` (spec-wide edits apply whenever one of the spec's
 /// devices is injected).
@@ -68,10 +79,7 @@ pub fn gpu_claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
         ]},
         "devices": devices.iter().map(|d| json!({
             "name": claim_device_name(uid, &d.device),
-            "containerEdits": {"env": [
-                format!("{}={}", device_variable(&d.device), d.device),
-                format!("{}_UUID={}", device_variable(&d.device), d.uuid),
-            ]},
+            "containerEdits": {"env": gpu_device_env(d)},
         })).collect::<Vec<_>>(),
     })
 }
@@ -142,6 +150,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dra::sharing::Sharing;
 
     #[test]
     fn claim_spec_names_devices_and_visible_gpus() {
@@ -151,6 +160,7 @@ mod tests {
             device: format!("gpu-{i}"),
             uuid: format!("GPU-{i}"),
             channel: None,
+            sharing: (i == 3).then_some(Sharing::SpacePartitioning { partition_count: 2 }),
         });
         let spec = gpu_claim_spec("u1", &devices);
         assert_eq!(spec["kind"], GPU_KIND);
@@ -160,8 +170,19 @@ mod tests {
         );
         assert_eq!(spec["devices"][1]["name"], "u1-gpu-3");
         assert_eq!(
-            spec["devices"][1]["containerEdits"]["env"][0],
-            "GPU_DEVICE_gpu_3=gpu-3"
+            spec["devices"][1]["containerEdits"]["env"],
+            json!([
+                "GPU_DEVICE_gpu_3=gpu-3",
+                "GPU_DEVICE_gpu_3_UUID=GPU-3",
+                "GPU_DEVICE_gpu_3_SHARING_STRATEGY=SpacePartitioning",
+                "GPU_DEVICE_gpu_3_PARTITION_COUNT=2"
+            ])
+        );
+        assert_eq!(
+            spec["devices"][0]["containerEdits"]["env"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
         );
         assert_eq!(
             qualified(GPU_KIND, "u1-gpu-3"),

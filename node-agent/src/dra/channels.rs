@@ -19,7 +19,7 @@ use super::{
     cdi,
     checkpoint::{ChannelGrant, PreparedClaim, PreparedDevice},
     devices::Devices,
-    driver::{node_results, prepared_claim},
+    driver::{node_results, opaque_configs, prepared_claim},
     slice::labels,
 };
 use crate::topology_source::Topology;
@@ -43,32 +43,8 @@ struct ChannelConfig {
 /// The channel configuration of `claim` for `request`: from the allocation (what the scheduler
 /// fixed), else the claim's spec.
 fn config(claim: &ResourceClaim, request: &str) -> Result<ChannelConfig, String> {
-    let applies = |requests: Option<&Vec<String>>| {
-        requests.is_none_or(|r| r.is_empty() || r.iter().any(|x| x == request))
-    };
-    let allocated = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.config.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| applies(c.requests.as_ref()))
-        .filter_map(|c| c.opaque.as_ref());
-    let requested = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.devices.as_ref())
-        .and_then(|d| d.config.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| applies(c.requests.as_ref()))
-        .filter_map(|c| c.opaque.as_ref());
-    let parameters: &Value = allocated
-        .chain(requested)
-        .find(|o| o.driver == DRIVER)
-        .map(|o| &o.parameters.0)
+    let parameters = opaque_configs(claim, DRIVER, request)
+        .next()
         .ok_or("no ComputeDomainChannelConfig for the channel in the claim")?;
     let config: ChannelConfig = serde_json::from_value(parameters.clone())
         .map_err(|e| format!("bad ComputeDomainChannelConfig: {e}"))?;
@@ -104,6 +80,7 @@ impl Devices for ChannelDevices {
                         domain_id: config.domain_id,
                         all: config.allocation_mode == AllocationMode::All,
                     }),
+                    sharing: None,
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;

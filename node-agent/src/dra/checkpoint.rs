@@ -9,7 +9,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::cdi::write_atomic;
+use super::{cdi::write_atomic, sharing::Sharing};
 
 /// Format of the file; a newer one is refused rather than misread.
 const VERSION: u32 = 1;
@@ -29,6 +29,9 @@ pub struct PreparedDevice {
     /// For an IMEX channel: its domain and allocation mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<ChannelGrant>,
+    /// For a GPU or MIG device: how the claim shares it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<Sharing>,
 }
 
 /// What a compute-domain claim's channel device grants.
@@ -148,6 +151,7 @@ mod tests {
                     device: "gpu-0".into(),
                     uuid: "GPU-0".into(),
                     channel: None,
+                    sharing: Some(Sharing::default()),
                 }],
             },
         );

@@ -49,6 +49,42 @@ impl std::fmt::Debug for Driver {
     }
 }
 
+/// The opaque configuration parameters for `driver` that apply to the claim's `request`, in
+/// order: the allocation's (what the scheduler fixed: the class's, then the claim's), then the
+/// claim's spec's.
+pub fn opaque_configs<'a>(
+    claim: &'a ResourceClaim,
+    driver: &'a str,
+    request: &'a str,
+) -> impl Iterator<Item = &'a serde_json::Value> + 'a {
+    let applies = move |requests: Option<&Vec<String>>| {
+        requests.is_none_or(|r| r.is_empty() || r.iter().any(|x| x == request))
+    };
+    let allocated = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.config.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(move |c| applies(c.requests.as_ref()))
+        .filter_map(|c| c.opaque.as_ref());
+    let requested = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.config.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(move |c| applies(c.requests.as_ref()))
+        .filter_map(|c| c.opaque.as_ref());
+    allocated
+        .chain(requested)
+        .filter(move |o| o.driver == driver)
+        .map(|o| &o.parameters.0)
+}
+
 /// The allocation results of `claim` for `driver`, once the claim is the one the kubelet means
 /// (UID `uid`) and allocated; each must be on `node`.
 pub fn node_results<'a>(

@@ -15,7 +15,8 @@ use super::{
     cdi,
     checkpoint::{PreparedClaim, PreparedDevice},
     devices::Devices,
-    driver::{node_results, prepared_claim},
+    driver::{node_results, opaque_configs, prepared_claim},
+    sharing,
     slice::labels,
 };
 use crate::{container::ContainerEdits, topology_source::Topology};
@@ -50,12 +51,15 @@ impl Devices for GpuDevices {
                             result.device
                         )
                     })?;
+                let sharing =
+                    sharing::for_request(opaque_configs(claim, GPU_DRIVER, &result.request))?;
                 Ok(PreparedDevice {
                     request: result.request.clone(),
                     pool: result.pool.clone(),
                     device: result.device.clone(),
                     uuid: uuid.to_owned(),
                     channel: None,
+                    sharing: Some(sharing),
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -94,6 +98,7 @@ mod tests {
     use tokio::sync::watch;
 
     use super::*;
+    use crate::dra::sharing::Sharing;
 
     fn devices(topology: NodeTopology) -> GpuDevices {
         let (_, receiver) = watch::channel(Some(std::sync::Arc::new(topology)));
@@ -169,6 +174,38 @@ mod tests {
             .plan(&claim(json!([result("n", "gpu-0")])), "u1", "n")
             .expect_err("refused");
         assert!(whole.contains("not allocatable"), "{whole}");
+    }
+
+    #[test]
+    fn shares_as_the_claim_s_opaque_configuration_says() {
+        let gpus = devices(topology());
+        let mut with_config = claim(json!([result("n", "gpu-0")]));
+        with_config.spec = serde_json::from_value(json!({"devices": {"config": [{"opaque": {
+            "driver": "gpu.nvidia.com",
+            "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}}}]}}))
+        .expect("spec");
+        let plan = gpus.plan(&with_config, "u1", "n").expect("plans");
+        assert_eq!(
+            plan.devices[0].sharing,
+            Some(Sharing::TimeSlicing {
+                interval: "Long".into()
+            })
+        );
+        // Without configuration: the reference's default.
+        let plan = gpus
+            .plan(&claim(json!([result("n", "gpu-0")])), "u1", "n")
+            .expect("plans");
+        assert_eq!(plan.devices[0].sharing, Some(Sharing::default()));
+        // A configuration neither driver takes fails the prepare, naming the field.
+        let mut bad = with_config;
+        bad.spec = serde_json::from_value(json!({"devices": {"config": [{"opaque": {
+            "driver": "gpu.nvidia.com",
+            "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                "sharing": {"strategy": "Exclusive"}}}}]}}))
+        .expect("spec");
+        let error = gpus.plan(&bad, "u1", "n").expect_err("refused");
+        assert!(error.contains("sharing.strategy"), "{error}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod devices;
 pub mod driver;
 pub mod gpu;
 pub mod registration;
+pub mod sharing;
 pub mod slice;
 
 use std::{path::PathBuf, sync::Arc};
