@@ -8,6 +8,7 @@
 #   hack/node.sh load TAR  import an OCI image archive into the node's containerd (hack/images.sh)
 #   hack/node.sh bundle    import hack/images.sh's archives and apply the install bundle through
 #                          hack/local-overlay: operator, exporter and node agents run in-cluster
+#   hack/node.sh restart-kubelet   stop the kubelet and start it again (pods keep running)
 #   hack/node.sh name      print the node's name
 #   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
 #                          cgroups, links, directories): hack/test.sh compares before and after
@@ -43,6 +44,8 @@ kubelet_chains=(KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT)
 pause_ref=fakegpu.local/pause:v1
 # A shell for test and demo pods (no registry to pull one from): Debian's busybox-static.
 busybox_ref=fakegpu.local/busybox:v1
+# Prometheus for in-cluster scrapes of the exporter: Debian's binary and the libc it links.
+prometheus_ref=fakegpu.local/prometheus:v1
 state=$dir/node
 
 log() { printf '[node] %s\n' "$*" >&2; }
@@ -104,6 +107,21 @@ build() {
     chmod 0755 "$rootfs" "$rootfs/bin" "$rootfs/usr" "$rootfs/usr/bin"
     chmod 1777 "$rootfs/tmp"
     oci_image_archive "$bin/busybox.tar" "$busybox_ref" 0:0 "$rootfs" /bin/sh >/dev/null
+    rm -rf "$rootfs"
+  fi
+  if [[ -x /usr/bin/prometheus && ( ! -f $bin/prometheus.tar || /usr/bin/prometheus -nt $bin/prometheus.tar ) ]]; then
+    local rootfs lib
+    rootfs=$(mktemp -d)
+    mkdir -p "$rootfs/bin" "$rootfs/prometheus"
+    install -m 0755 /usr/bin/prometheus "$rootfs/bin/prometheus"
+    # What the dynamic linker needs: the libraries ldd names, at the same paths.
+    for lib in $(ldd /usr/bin/prometheus | grep -oE '/[^ ]+\.so[^ ]*'); do
+      mkdir -p "$rootfs$(dirname "$lib")"
+      cp -L "$lib" "$rootfs$lib"
+    done
+    chmod -R u=rwX,go=rX "$rootfs"
+    chmod 0777 "$rootfs/prometheus"
+    oci_image_archive "$bin/prometheus.tar" "$prometheus_ref" 65534:65534 "$rootfs" /bin/prometheus >/dev/null
     rm -rf "$rootfs"
   fi
 }
@@ -245,10 +263,11 @@ stop() { # <name>
 }
 
 wait_for() { # <what> <seconds> <command...>
-  local what=$1 deadline=$((SECONDS + $2))
+  local what=$1 timeout=$2
+  local deadline=$((SECONDS + timeout))
   shift 2
   until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "$what not ready after $(($2))s; see $dir/logs/"
+    ((SECONDS < deadline)) || die "$what not ready after ${timeout}s; see $dir/logs/"
     sleep 0.5
   done
 }
@@ -269,6 +288,21 @@ record_host_state() {
   : >"$state/owns-kubelet-root"
 }
 
+start_kubelet() {
+  start kubelet "$bin/kubelet" --config="$state/kubelet.yaml" --kubeconfig="$state/kubelet.kubeconfig" \
+    --root-dir="$kubelet_root" --node-ip=127.0.0.1 --hostname-override="$node" --v=2
+}
+
+kubelet_healthy() { curl -sf http://127.0.0.1:10248/healthz; }
+
+restart_kubelet() {
+  running kubelet || die "the node is not up: run $0 up"
+  stop kubelet
+  start_kubelet
+  wait_for kubelet 60 kubelet_healthy
+  log "kubelet restarted"
+}
+
 up() {
   local why
   why=$(check) || die "this machine cannot run a real node: $why"
@@ -285,8 +319,8 @@ up() {
   ctr_ images import "$bin/pause.tar" >/dev/null
   ctr_ images label "$pause_ref" io.cri-containerd.pinned=pinned >/dev/null
   ctr_ images import "$bin/busybox.tar" >/dev/null
-  start kubelet "$bin/kubelet" --config="$state/kubelet.yaml" --kubeconfig="$state/kubelet.kubeconfig" \
-    --root-dir="$kubelet_root" --node-ip=127.0.0.1 --hostname-override="$node" --v=2
+  if [[ -f $bin/prometheus.tar ]]; then ctr_ images import "$bin/prometheus.tar" >/dev/null; fi
+  start_kubelet
   wait_for "node $node" 120 k get node "$node"
   # The kubelet refuses a loopback address in the node's status ("nodeIP can't be loopback
   # address", logged at every status update) and so publishes none; the API server needs one
@@ -321,7 +355,8 @@ configMapGenerator:
   literals: [port=$port]
 generatorOptions: {disableNameSuffixHash: true}
 EOF
-  k apply --server-side --field-manager=fakegpu-install -k "$dir/bundle" >/dev/null
+  # The install owns what it applies, over any hand edit (a test scaling the operator).
+  k apply --server-side --force-conflicts --field-manager=fakegpu-install -k "$dir/bundle" >/dev/null
   k wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
   k -n fakegpu-system rollout status deployment/fakegpu-operator --timeout=180s >&2
   k -n fakegpu-system rollout status deployment/fakegpu-exporter --timeout=180s >&2
@@ -485,8 +520,9 @@ case ${1:-} in
     for archive in "$@"; do ctr_ images import "$archive" >/dev/null; done
     ;;
   bundle) bundle ;;
+  restart-kubelet) restart_kubelet ;;
   name) echo "$node" ;;
   snapshot) snapshot ;;
   check) check ;;
-  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|name|snapshot|check}" >&2; exit 2 ;;
+  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|restart-kubelet|name|snapshot|check}" >&2; exit 2 ;;
 esac
