@@ -10,10 +10,15 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use fakegpu_api::{dra::attribute, names::label};
+use fakegpu_api::{
+    compute_domain::{ComputeDomain, DomainState},
+    dra::attribute,
+    names::label,
+    topology::NodeTopology,
+};
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually,
-    install_crds, topology_of, unique_name,
+    install_crds, kubectl, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -49,22 +54,36 @@ async fn set_pool(client: &Client, node: &str, pool: Option<&str>) -> anyhow::Re
     Ok(())
 }
 
-/// A pool of two L4 GPUs per node with these interfaces, the real node and a KWOK node in it.
-/// The [`Cleanup`] takes the real node out of the pool first, then removes the rest.
+/// The spec of a pool of two L4 GPUs per node serving `interfaces`.
+fn l4_pool(interfaces: serde_json::Value) -> serde_json::Value {
+    json!({"gpu": {"profile": "l4", "count": 2}, "interfaces": interfaces})
+}
+
+/// Runs `scenario` (client, pool, namespace) on a pool of the test's own with spec `spec`,
+/// holding the real node and a KWOK node, in a namespace of its own; then cleans up (see
+/// [`finish`]), whatever the scenario's outcome.
+async fn on_real_pool(
+    prefix: &str,
+    spec: serde_json::Value,
+    scenario: impl AsyncFnOnce(&Client, &str, &str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    let (pool, namespace, cleanup) = real_pool(&client, prefix, spec).await?;
+    let result = scenario(&client, &pool, &namespace).await;
+    finish(&client, &namespace, cleanup, result).await
+}
+
+/// A pool with `spec`, the real node and a KWOK node in it, and a namespace; the [`Cleanup`]
+/// removes the pool, the KWOK node and the namespace.
 async fn real_pool(
     client: &Client,
     prefix: &str,
-    interfaces: serde_json::Value,
+    spec: serde_json::Value,
 ) -> anyhow::Result<(String, String, Cleanup)> {
     install_crds(client).await?;
     let pool = unique_name(prefix);
     let kwok = format!("{pool}-kwok");
-    create_pool(
-        client,
-        &pool,
-        json!({"gpu": {"profile": "l4", "count": 2}, "interfaces": interfaces}),
-    )
-    .await?;
+    create_pool(client, &pool, spec).await?;
     create_kwok_node(client, &kwok, &[(label::NODE_POOL, &pool)]).await?;
     let namespace = create_namespace(client, prefix).await?;
     set_pool(client, &real_node(), Some(&pool)).await?;
@@ -75,15 +94,37 @@ async fn real_pool(
     Ok((pool, namespace, cleanup))
 }
 
-/// Takes the real node out of every pool, then runs the cleanup.
+/// Deletes the test's pods and waits until they are gone from the real node, then takes the
+/// node out of every pool and runs the cleanup. In that order: the node agents leave with the
+/// pool, and a pod whose claim no plugin can unprepare any more stays Terminating.
 async fn finish<T>(
     client: &Client,
+    namespace: &str,
     cleanup: Cleanup,
     result: anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let deleted = async {
+        pods.delete_collection(&Default::default(), &ListParams::default())
+            .await?;
+        eventually(
+            &format!("the pods of {namespace} gone"),
+            CONVERGE,
+            || async {
+                Ok(pods
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .is_empty()
+                    .then_some(()))
+            },
+        )
+        .await
+    }
+    .await;
     let unlabelled = set_pool(client, &real_node(), None).await;
     let result = cleanup.after(result).await;
-    unlabelled.and(result)
+    deleted.and(unlabelled).and(result)
 }
 
 async fn allocatable(
@@ -138,6 +179,8 @@ async fn create_real_pod(
             "nodeSelector": {"kubernetes.io/hostname": real_node()},
             "hostNetwork": true,
             "restartPolicy": "Never",
+            // busybox's sleep as PID 1 ignores SIGTERM: do not wait 30 s for it.
+            "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
                 "command": ["sh", "-c", script], "resources": resources,
@@ -160,17 +203,55 @@ fn env_value<'a>(output: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
 }
 
-/// The GPU UUIDs the operator's topology document gives the node, once it is `pool`'s (a
-/// document of the node's previous pool may still be there).
-async fn node_uuids(client: &Client, node: &str, pool: &str) -> anyhow::Result<Vec<String>> {
+/// The operator's topology document of the node, once it is `pool`'s (a document of the
+/// node's previous pool may still be there).
+async fn pool_document(client: &Client, node: &str, pool: &str) -> anyhow::Result<NodeTopology> {
     eventually(
         &format!("the topology document of {node} in pool {pool}"),
         CONVERGE,
         || async {
             Ok(topology_of(client, node)
                 .await?
-                .filter(|(_, document)| document.pool == pool)
-                .map(|(_, document)| document.gpus.iter().map(|g| g.id.clone()).collect()))
+                .map(|(_, document)| document)
+                .filter(|document| document.pool == pool))
+        },
+    )
+    .await
+}
+
+/// The GPU UUIDs the topology document of `pool` gives the node.
+async fn node_uuids(client: &Client, node: &str, pool: &str) -> anyhow::Result<Vec<String>> {
+    let document = pool_document(client, node, pool).await?;
+    Ok(document.gpus.iter().map(|g| g.id.clone()).collect())
+}
+
+/// The UUIDs of the node's MIG instances of `profile`.
+fn instances_of(document: &NodeTopology, profile: &str) -> Vec<String> {
+    document
+        .gpus
+        .iter()
+        .flat_map(|g| &g.mig_devices)
+        .filter(|m| m.profile == profile)
+        .map(|m| m.uuid.clone())
+        .collect()
+}
+
+/// Waits until `node` advertises `count` of `resource` (the real kubelet from the device
+/// plugin, or the operator on a KWOK node).
+async fn advertised(
+    client: &Client,
+    node: &str,
+    resource: &str,
+    count: &str,
+) -> anyhow::Result<()> {
+    eventually(
+        &format!("{resource}: {count} allocatable on {node}"),
+        CONVERGE,
+        || async {
+            Ok(
+                (allocatable(client, node, resource).await?.as_deref() == Some(count))
+                    .then_some(()),
+            )
         },
     )
     .await
@@ -179,34 +260,20 @@ async fn node_uuids(client: &Client, node: &str, pool: &str) -> anyhow::Result<V
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
 async fn device_plugin_gpus_reach_real_containers() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    let (pool, namespace, cleanup) = real_pool(
-        &client,
+    on_real_pool(
         "real-dp",
-        json!({"devicePlugin": true, "dra": false}),
+        l4_pool(json!({"devicePlugin": true, "dra": false})),
+        device_plugin,
     )
-    .await?;
-    let result = device_plugin(&client, &pool, &namespace).await;
-    finish(&client, cleanup, result).await
+    .await
 }
 
 async fn device_plugin(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
     let node = real_node();
     // The real kubelet advertises what the node agent's device plugin registered; the KWOK
     // node next to it gets its capacity from the operator.
-    for (which, name) in [("real", node.clone()), ("KWOK", format!("{pool}-kwok"))] {
-        eventually(
-            &format!("nvidia.com/gpu: 2 allocatable on the {which} node"),
-            CONVERGE,
-            || async {
-                Ok((allocatable(client, &name, "nvidia.com/gpu")
-                    .await?
-                    .as_deref()
-                    == Some("2"))
-                .then_some(()))
-            },
-        )
-        .await?;
+    for name in [node.clone(), format!("{pool}-kwok")] {
+        advertised(client, &name, "nvidia.com/gpu", "2").await?;
     }
     let uuids = node_uuids(client, &node, pool).await?;
 
@@ -284,15 +351,12 @@ async fn device_plugin(client: &Client, pool: &str, namespace: &str) -> anyhow::
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
 async fn dra_claims_are_prepared_for_real_containers() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    let (pool, namespace, cleanup) = real_pool(
-        &client,
+    on_real_pool(
         "real-dra",
-        json!({"devicePlugin": false, "dra": true}),
+        l4_pool(json!({"devicePlugin": false, "dra": true})),
+        dra,
     )
-    .await?;
-    let result = dra(&client, &pool, &namespace).await;
-    finish(&client, cleanup, result).await
+    .await
 }
 
 const CLAIM_SCRIPT: &str = "nvidia-smi -L && echo '--' && env";
@@ -321,11 +385,7 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
         json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
     )
     .await?;
-    let uuid = claimed_gpu(&output, &uuids)?;
-    ensure!(
-        env_value(&output, "GPU_DEVICE_gpu_0_UUID") == Some(uuid.as_str()),
-        "GPU_DEVICE_gpu_0_UUID: {output}"
-    );
+    claimed_gpu(&output, &uuids)?;
     ensure!(
         env_value(&output, "NODE_NAME") == Some(node.as_str()),
         "NODE_NAME: {output}"
@@ -366,9 +426,12 @@ fn claimed_gpu(output: &str, uuids: &[String]) -> anyhow::Result<String> {
         uuids.iter().any(|u| u == visible),
         "{visible} is not one of {uuids:?}"
     );
+    // The device names itself, as the reference's plugin names it: GPU_DEVICE_<device>_UUID.
     ensure!(
-        env_value(output, "GPU_DEVICE_gpu_0").is_some(),
-        "no GPU_DEVICE_* in the container: {output}"
+        output
+            .lines()
+            .any(|l| l.starts_with("GPU_DEVICE_") && l.ends_with(&format!("_UUID={visible}"))),
+        "no GPU_DEVICE_<device>_UUID={visible} in the container: {output}"
     );
     let listed = output.split("--\n").next().unwrap_or_default().trim();
     ensure!(
@@ -378,10 +441,44 @@ fn claimed_gpu(output: &str, uuids: &[String]) -> anyhow::Result<String> {
     Ok(visible.to_owned())
 }
 
+/// Waits until the bundle's DaemonSet pods `apps` (`app.kubernetes.io/name`) run Ready on
+/// `node`: a node agent is Ready once the kubelet registered its plugin. A claim prepared
+/// before that fails, and the kubelet retries it only after a back-off.
+async fn agents_ready(client: &Client, node: &str, apps: &[&str]) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+    for app in apps {
+        eventually(&format!("{app} Ready on {node}"), CONVERGE, || async {
+            let list = pods
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("app.kubernetes.io/name={app}"))
+                        .fields(&format!("spec.nodeName={node}")),
+                )
+                .await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                })
+                .then_some(()))
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 /// Waits for the node agent's ResourceSlice of the real node listing these GPUs (the
 /// scheduler allocates from it).
 async fn slice_published(client: &Client, node: &str, uuids: &[String]) -> anyhow::Result<()> {
     use k8s_openapi::api::resource::v1::ResourceSlice;
+    agents_ready(client, node, &["fakegpu-dra-plugin"]).await?;
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     eventually(
         &format!("a gpu.nvidia.com ResourceSlice for {node} with {uuids:?}"),
@@ -413,15 +510,12 @@ async fn slice_published(client: &Client, node: &str, uuids: &[String]) -> anyho
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
 async fn a_node_that_leaves_its_pool_keeps_no_fakegpu_pod_and_no_label() -> anyhow::Result<()> {
-    let client = admin_client().await?;
-    let (_pool, _namespace, cleanup) = real_pool(
-        &client,
+    on_real_pool(
         "real-leave",
-        json!({"devicePlugin": true, "dra": true}),
+        l4_pool(json!({"devicePlugin": true, "dra": true})),
+        leave,
     )
-    .await?;
-    let result = leave(&client).await;
-    finish(&client, cleanup, result).await
+    .await
 }
 
 /// The node agents fakegpu runs on `node` (its DaemonSets' pods) and fakegpu's labels there.
@@ -452,7 +546,7 @@ async fn fakegpu_on_node(client: &Client, node: &str) -> anyhow::Result<(usize, 
     Ok((agents, ours))
 }
 
-async fn leave(client: &Client) -> anyhow::Result<()> {
+async fn leave(client: &Client, _pool: &str, _namespace: &str) -> anyhow::Result<()> {
     let node = real_node();
     eventually(&format!("both node agents on {node}"), CONVERGE, || async {
         Ok((fakegpu_on_node(client, &node).await?.0 == 2).then_some(()))
@@ -475,4 +569,702 @@ async fn leave(client: &Client) -> anyhow::Result<()> {
         bail!("the bundle's operator and exporter are not running ({running} pods)");
     }
     Ok(())
+}
+
+/// The script of the pods below: what nvidia-smi lists, then the environment.
+const LIST_AND_ENV: &str = "nvidia-smi -L && echo '--' && env";
+
+/// The one device a container was given: `NVIDIA_VISIBLE_DEVICES`, one of `expected`, and
+/// listed by the container's nvidia-smi.
+fn visible_device(output: &str, expected: &[String]) -> anyhow::Result<String> {
+    let visible = env_value(output, "NVIDIA_VISIBLE_DEVICES")
+        .with_context(|| format!("no NVIDIA_VISIBLE_DEVICES in the container: {output}"))?;
+    ensure!(
+        expected.iter().any(|e| e == visible),
+        "the container got {visible}, not one of {expected:?}"
+    );
+    let listed = output.split("--\n").next().unwrap_or_default();
+    ensure!(
+        listed.contains(&format!("(UUID: {visible})")),
+        "nvidia-smi -L in the container does not list {visible}: {listed}"
+    );
+    Ok(visible.to_owned())
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn mig_instances_reach_real_containers() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-mig",
+        json!({"gpu": {"profile": "a100", "count": 2},
+            "interfaces": {"devicePlugin": true, "dra": true},
+            "mig": {"strategy": "mixed", "layout": [
+                {"gpus": [0], "profiles": ["3g.20gb", "2g.10gb", "1g.5gb"]}]}}),
+        mig_mixed,
+    )
+    .await
+}
+
+async fn mig_mixed(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    let document = pool_document(client, &node, pool).await?;
+    // Through the device plugin: NVIDIA's mixed-strategy resource name.
+    advertised(client, &node, "nvidia.com/mig-1g.5gb", "1").await?;
+    let output = run_on_real_node(
+        client,
+        namespace,
+        "mig-plugin",
+        LIST_AND_ENV,
+        json!({"limits": {"nvidia.com/mig-1g.5gb": 1}}),
+        json!({"runtimeClassName": "nvidia"}),
+    )
+    .await?;
+    visible_device(&output, &instances_of(&document, "1g.5gb"))?;
+    agents_ready(client, &node, &["fakegpu-dra-plugin"]).await?;
+
+    // Through DRA: a claim of NVIDIA's MIG class, with a CEL selector on the profile.
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "mig-2g", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+            "deviceClassName": "mig.nvidia.com",
+            "selectors": [{"cel": {"expression":
+                "device.attributes['gpu.nvidia.com'].profile == '2g.10gb'"}}]}}]}}},
+    }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &template)
+        .await?;
+    let output = run_on_real_node(
+        client,
+        namespace,
+        "mig-claim",
+        LIST_AND_ENV,
+        json!({"claims": [{"name": "mig"}]}),
+        json!({"resourceClaims": [{"name": "mig", "resourceClaimTemplateName": "mig-2g"}]}),
+    )
+    .await?;
+    visible_device(&output, &instances_of(&document, "2g.10gb"))?;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn mig_single_instances_are_the_gpus_of_real_containers() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-mig-single",
+        json!({"gpu": {"profile": "a100", "count": 1},
+            "interfaces": {"devicePlugin": true, "dra": false},
+            "mig": {"strategy": "single", "layout": [
+                {"gpus": [0], "profiles": ["3g.20gb", "3g.20gb"]}]}}),
+        mig_single,
+    )
+    .await
+}
+
+async fn mig_single(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    let document = pool_document(client, &node, pool).await?;
+    // Under `single` the instances are the node's nvidia.com/gpu.
+    advertised(client, &node, "nvidia.com/gpu", "2").await?;
+    let output = run_on_real_node(
+        client,
+        namespace,
+        "mig-single",
+        LIST_AND_ENV,
+        json!({"limits": {"nvidia.com/gpu": 1}}),
+        json!({"runtimeClassName": "nvidia"}),
+    )
+    .await?;
+    visible_device(&output, &instances_of(&document, "3g.20gb")).map(drop)
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn a_compute_domain_pod_gets_its_imex_channel() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-imex",
+        json!({"gpu": {"profile": "gb200", "count": 4},
+            "interfaces": {"devicePlugin": false, "dra": true, "computeDomains": true}}),
+        compute_domain,
+    )
+    .await
+}
+
+/// Waits until a slice of `driver` for `node` is published (the scheduler allocates from it).
+async fn driver_slice(client: &Client, node: &str, driver: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    eventually(
+        &format!("a {driver} ResourceSlice for {node}"),
+        CONVERGE,
+        || async {
+            Ok(slices
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .any(|s| s.spec.driver == driver && s.spec.node_name.as_deref() == Some(node))
+                .then_some(()))
+        },
+    )
+    .await
+}
+
+async fn compute_domain(client: &Client, _pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    let domains: Api<ComputeDomain> = Api::namespaced(client.clone(), namespace);
+    let domain: ComputeDomain = serde_json::from_value(json!({
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+        "metadata": {"name": "imex-domain", "namespace": namespace},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "imex-channel"}}},
+    }))?;
+    domains.create(&PostParams::default(), &domain).await?;
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), namespace);
+    eventually("the domain's ResourceClaimTemplate", CONVERGE, || async {
+        Ok(templates.get_opt("imex-channel").await?.map(drop))
+    })
+    .await?;
+    driver_slice(client, &node, "compute-domain.nvidia.com").await?;
+    agents_ready(client, &node, &["fakegpu-compute-domain-plugin"]).await?;
+    holding_pod(
+        client,
+        namespace,
+        "imex-worker",
+        json!({"claims": [{"name": "imex"}]}),
+        json!({"resourceClaims": [{"name": "imex", "resourceClaimTemplateName": "imex-channel"}]}),
+    )
+    .await?;
+    let channels = kubectl(&[
+        "exec",
+        "-n",
+        namespace,
+        "imex-worker",
+        "--",
+        "ls",
+        "/dev/nvidia-caps-imex-channels",
+    ])?;
+    ensure!(
+        channels.split_whitespace().collect::<Vec<_>>() == ["channel0"],
+        "the container's IMEX channels: {channels:?}"
+    );
+    eventually(
+        "the ComputeDomain Ready on the real node",
+        CONVERGE,
+        || async {
+            let status = domains.get("imex-domain").await?.status;
+            Ok(status
+                .filter(|s| {
+                    s.status == DomainState::Ready
+                        && s.nodes
+                            .iter()
+                            .any(|n| n.name == node && n.status == DomainState::Ready)
+                })
+                .map(drop))
+        },
+    )
+    .await
+}
+
+/// What a running container was given, read with `kubectl exec`.
+fn container_env(namespace: &str, pod: &str) -> anyhow::Result<String> {
+    kubectl(&["exec", "-n", namespace, pod, "--", "env"])
+}
+
+/// Starts a pod on the real node that keeps running with `resources` and waits until it runs;
+/// returns its `NVIDIA_VISIBLE_DEVICES` (empty when it has none).
+async fn holding_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    resources: serde_json::Value,
+    spec: serde_json::Value,
+) -> anyhow::Result<String> {
+    create_real_pod(client, namespace, name, "sleep 3600", resources, spec).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    eventually(&format!("{name} Running"), CONVERGE, || async {
+        let phase = pods.get(name).await?.status.and_then(|s| s.phase);
+        ensure!(phase.as_deref() != Some("Failed"), "{name} failed");
+        Ok((phase.as_deref() == Some("Running")).then_some(()))
+    })
+    .await?;
+    let env = container_env(namespace, name)?;
+    Ok(env_value(&env, "NVIDIA_VISIBLE_DEVICES")
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// Deletes the bundle's pods labelled `app.kubernetes.io/name=<app>` and waits for a
+/// replacement that is Ready.
+async fn replace_bundle_pod(client: &Client, app: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+    let selector = format!("app.kubernetes.io/name={app}");
+    let old: Vec<String> = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    ensure!(!old.is_empty(), "no {app} pod to delete");
+    for name in &old {
+        pods.delete(name, &Default::default()).await?;
+    }
+    eventually(&format!("a new {app} pod Ready"), CONVERGE, || async {
+        let list = pods.list(&ListParams::default().labels(&selector)).await?;
+        Ok(list
+            .items
+            .iter()
+            .any(|p| {
+                let new = p.metadata.name.as_ref().is_some_and(|n| !old.contains(n));
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                new && ready
+            })
+            .then_some(()))
+    })
+    .await
+}
+
+/// Which pod holds which GPU, as the operator's topology document records it.
+async fn holders(client: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let (_, document) = topology_of(client, node)
+        .await?
+        .context("no topology document")?;
+    let mut held: Vec<(String, String)> = document
+        .gpus
+        .iter()
+        .filter(|g| !g.status.allocated_by.pod.is_empty())
+        .map(|g| (g.id.clone(), g.status.allocated_by.pod.clone()))
+        .collect();
+    held.sort();
+    Ok(held)
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn restarts_move_no_gpu() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-restart",
+        l4_pool(json!({"devicePlugin": true, "dra": true})),
+        restarts,
+    )
+    .await
+}
+
+async fn restarts(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    let uuids = node_uuids(client, &node, pool).await?;
+    advertised(client, &node, "nvidia.com/gpu", "2").await?;
+    slice_published(client, &node, &uuids).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let by_plugin = holding_pod(
+        client,
+        namespace,
+        "by-plugin",
+        json!({"limits": {"nvidia.com/gpu": 1}}),
+        json!({}),
+    )
+    .await?;
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+    }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &template)
+        .await?;
+    let by_claim = holding_pod(
+        client,
+        namespace,
+        "by-claim",
+        json!({"claims": [{"name": "gpu"}]}),
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
+    )
+    .await?;
+    ensure!(uuids.contains(&by_plugin) && uuids.contains(&by_claim));
+
+    // The kubelet restarts: the plugins register again, the running pods keep their GPUs.
+    let restart = std::process::Command::new(fakegpu_e2e::repo_root().join("hack/node.sh"))
+        .arg("restart-kubelet")
+        .status()?;
+    ensure!(restart.success(), "hack/node.sh restart-kubelet: {restart}");
+    advertised(client, &node, "nvidia.com/gpu", "2").await?;
+    // The restarted kubelet serves exec once it knows its pods again.
+    let env = eventually("by-plugin reachable by exec again", CONVERGE, || async {
+        Ok(container_env(namespace, "by-plugin").ok())
+    })
+    .await?;
+    ensure!(env.contains(&by_plugin), "by-plugin's GPU changed: {env}");
+    ensure!(container_env(namespace, "by-claim")?.contains(&by_claim));
+    // A pod admitted after the restart gets the GPU left (the plugin answers Allocate again).
+    let after = holding_pod(
+        client,
+        namespace,
+        "after-restart",
+        json!({"limits": {"nvidia.com/gpu": 1}}),
+        json!({}),
+    )
+    .await?;
+    ensure!(
+        uuids.contains(&after) && after != by_plugin,
+        "after the restart: {after}"
+    );
+    pods.delete("after-restart", &Default::default()).await?;
+
+    // The DRA plugin's pod goes while the claim is prepared: its successor answers the
+    // unprepare from the checkpoint, and the claim's CDI spec leaves the host.
+    let claim = pods
+        .get("by-claim")
+        .await?
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .and_then(|s| s.into_iter().next())
+        .and_then(|s| s.resource_claim_name)
+        .context("by-claim has no claim")?;
+    let claim_uid = Api::<ResourceClaim>::namespaced(client.clone(), namespace)
+        .get(&claim)
+        .await?
+        .metadata
+        .uid
+        .context("claim without uid")?;
+    let cdi_spec = std::path::PathBuf::from(format!(
+        "/var/run/cdi/k8s.gpu.nvidia.com-claim_{claim_uid}.json"
+    ));
+    ensure!(
+        cdi_spec.is_file(),
+        "{} missing while the claim is prepared",
+        cdi_spec.display()
+    );
+    replace_bundle_pod(client, "fakegpu-dra-plugin").await?;
+    ensure!(container_env(namespace, "by-claim")?.contains(&by_claim));
+    pods.delete("by-claim", &Default::default()).await?;
+    eventually(
+        "the claim's CDI spec removed by the new plugin pod",
+        CONVERGE,
+        || async { Ok((!cdi_spec.exists()).then_some(())) },
+    )
+    .await?;
+
+    // The operator's pod goes: the new leader moves no GPU.
+    let before = eventually("by-plugin recorded as a holder", CONVERGE, || async {
+        let held = holders(client, &node).await?;
+        Ok(held
+            .iter()
+            .any(|(_, pod)| pod == "by-plugin")
+            .then_some(held))
+    })
+    .await?;
+    replace_bundle_pod(client, "fakegpu-operator").await?;
+    // The new leader resyncs everything within moments; nothing may move meanwhile.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = holders(client, &node).await?;
+        ensure!(now == before, "holders moved: {before:?} -> {now:?}");
+    }
+    ensure!(container_env(namespace, "by-plugin")?.contains(&by_plugin));
+    Ok(())
+}
+
+/// A ResourceClaimTemplate for one GPU whose claims carry `parameters` as opaque
+/// configuration for gpu.nvidia.com.
+async fn configured_template(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    parameters: serde_json::Value,
+) -> anyhow::Result<()> {
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+            "config": [{"requests": ["gpu"],
+                "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}],
+        }}},
+    }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &template)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn claim_configurations_reach_the_container() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-config",
+        l4_pool(json!({"devicePlugin": false, "dra": true})),
+        claim_configurations,
+    )
+    .await
+}
+
+async fn claim_configurations(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    let uuids = node_uuids(client, &node, pool).await?;
+    slice_published(client, &node, &uuids).await?;
+    let nvidia = |sharing: serde_json::Value| json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing});
+    // As NVIDIA's driver takes them, and the reference's SpacePartitioning.
+    let cases = [
+        (
+            "time-slicing",
+            nvidia(json!({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})),
+            vec!["_SHARING_STRATEGY=TimeSlicing", "_TIMESLICE_INTERVAL=Long"],
+        ),
+        (
+            "mps",
+            nvidia(json!({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 40}})),
+            vec![
+                "_SHARING_STRATEGY=MPS",
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40",
+            ],
+        ),
+        (
+            "space-partitioning",
+            json!({"apiVersion": "gpu.resource.example.com/v1alpha1", "kind": "GpuConfig",
+                "sharing": {"strategy": "SpacePartitioning",
+                    "spacePartitioningConfig": {"partitionCount": 3}}}),
+            vec!["_SHARING_STRATEGY=SpacePartitioning", "_PARTITION_COUNT=3"],
+        ),
+    ];
+    for (name, parameters, expected) in cases {
+        configured_template(client, namespace, name, parameters).await?;
+        let output = run_on_real_node(
+            client,
+            namespace,
+            name,
+            "env",
+            json!({"claims": [{"name": "gpu"}]}),
+            json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name}]}),
+        )
+        .await?;
+        for variable in expected {
+            ensure!(
+                output.lines().any(|l| l.contains(variable)
+                    && (l.starts_with("GPU_DEVICE_") || l.starts_with("CUDA_"))),
+                "{name}: no {variable} in the container: {output}"
+            );
+        }
+    }
+
+    // One that neither driver takes: the prepare fails, and the pod's events say why.
+    configured_template(
+        client,
+        namespace,
+        "exclusive",
+        nvidia(json!({"strategy": "Exclusive"})),
+    )
+    .await?;
+    create_real_pod(
+        client,
+        namespace,
+        "exclusive",
+        "true",
+        json!({"claims": [{"name": "gpu"}]}),
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "exclusive"}]}),
+    )
+    .await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
+    eventually(
+        "a Warning Event naming sharing.strategy",
+        CONVERGE,
+        || async {
+            Ok(events
+                .list(&ListParams::default().fields("involvedObject.name=exclusive"))
+                .await?
+                .items
+                .iter()
+                .any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("sharing.strategy"))
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
+    let phase = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get("exclusive")
+        .await?
+        .status
+        .and_then(|s| s.phase);
+    ensure!(
+        phase.as_deref() == Some("Pending"),
+        "the refused pod is {phase:?}"
+    );
+    Ok(())
+}
+
+/// Where the in-cluster Prometheus of the test below listens (host network, loopback).
+const PROMETHEUS: &str = "127.0.0.1:19090";
+/// Where the bundle's exporter listens on the real node (hack/local-overlay).
+const EXPORTER: &str = "127.0.0.1:19400";
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn an_in_cluster_prometheus_scrapes_the_bundle_s_exporter() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-prom",
+        l4_pool(json!({"devicePlugin": true, "dra": false})),
+        prometheus_scrape,
+    )
+    .await
+}
+
+async fn prometheus_scrape(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let node = real_node();
+    node_uuids(client, &node, pool).await?;
+    advertised(client, &node, "nvidia.com/gpu", "2").await?;
+    let config: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "prometheus", "namespace": namespace},
+        "data": {"prometheus.yml": format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: fakegpu\n  static_configs:\n  - targets: ['{EXPORTER}']\n")},
+    }))?;
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &config)
+        .await?;
+    let prometheus: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "prometheus", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "hostNetwork": true,
+            "containers": [{"name": "prometheus", "image": "fakegpu.local/prometheus:v1",
+                "imagePullPolicy": "Never",
+                "args": ["--config.file=/etc/prometheus/prometheus.yml",
+                    "--storage.tsdb.path=/prometheus",
+                    format!("--web.listen-address={PROMETHEUS}")],
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/prometheus"}]}],
+            "volumes": [{"name": "config", "configMap": {"name": "prometheus"}}],
+        },
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &prometheus)
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let busy: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "busy", "namespace": namespace,
+            "annotations": {"run.ai/simulated-gpu-utilization": "40-40"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+        },
+    }))?;
+    pods.create(&PostParams::default(), &busy).await?;
+    // What a Grafana panel written for dcgm-exporter asks.
+    let promql = format!(
+        "DCGM_FI_DEV_GPU_UTIL{{Hostname=\"{node}\",pod=\"busy\",namespace=\"{namespace}\"}}"
+    );
+    let encoded: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    eventually(
+        "Prometheus in the cluster has the busy pod's GPU at 40 %",
+        CONVERGE,
+        || async {
+            let body =
+                fakegpu_e2e::http_get(PROMETHEUS, &format!("/api/v1/query?query={encoded}"))?;
+            let answer: serde_json::Value = serde_json::from_str(&body)?;
+            let value = answer["data"]["result"][0]["value"][1]
+                .as_str()
+                .and_then(|v| v.parse::<f64>().ok());
+            Ok((value == Some(40.0)).then_some(()))
+        },
+    )
+    .await
+}
+
+/// `fakegpu_operator_leader` of the operator serving HTTP on `address`, if it answers.
+fn leads(address: &str) -> Option<bool> {
+    let metrics = fakegpu_e2e::http_get(address, "/metrics").ok()?;
+    fakegpu_e2e::metric_value(&metrics, "fakegpu_operator_leader").map(|v| v == 1.0)
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn a_second_in_cluster_replica_stands_by_and_takes_over() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let client = admin_client().await?;
+    let deployments: Api<Deployment> =
+        Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+    // The bundle's Deployment again under another name: on the host network of one node, two
+    // replicas of one Deployment would want the same port.
+    let mut standby = serde_json::to_value(deployments.get("fakegpu-operator").await?)?;
+    standby["metadata"] = json!({"name": "fakegpu-operator-standby",
+        "namespace": fakegpu_e2e::OPERATOR_NAMESPACE,
+        "labels": {"app.kubernetes.io/name": "fakegpu-operator-standby"}});
+    standby["spec"]["selector"] =
+        json!({"matchLabels": {"app.kubernetes.io/name": "fakegpu-operator-standby"}});
+    standby["spec"]["template"]["metadata"]["labels"] =
+        json!({"app.kubernetes.io/name": "fakegpu-operator-standby"});
+    standby["status"] = json!(null);
+    let container = &mut standby["spec"]["template"]["spec"]["containers"][0];
+    container["ports"][0]["containerPort"] = json!(19084);
+    for variable in container["env"].as_array_mut().into_iter().flatten() {
+        if variable["name"] == "FAKEGPU_HTTP_ADDR" {
+            variable["value"] = json!("127.0.0.1:19084");
+        }
+    }
+    let standby: Deployment = serde_json::from_value(standby)?;
+    deployments.create(&PostParams::default(), &standby).await?;
+    let scale = |replicas: i32| {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch(
+                    "fakegpu-operator",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await
+        }
+    };
+    let result = async {
+        let (first, second) = ("127.0.0.1:19080", "127.0.0.1:19084");
+        eventually(
+            "the second replica ready and standing by",
+            CONVERGE,
+            || async {
+                Ok((leads(first) == Some(true) && leads(second) == Some(false)).then_some(()))
+            },
+        )
+        .await?;
+        // The leader goes away: the replica standing by takes the lease over.
+        scale(0).await?;
+        eventually("the second replica leads", CONVERGE, || async {
+            Ok((leads(second) == Some(true)).then_some(()))
+        })
+        .await?;
+        // The first comes back and stands by.
+        scale(1).await?;
+        eventually("the first back, standing by", CONVERGE, || async {
+            Ok((leads(first) == Some(false) && leads(second) == Some(true)).then_some(()))
+        })
+        .await
+    }
+    .await;
+    let restored = scale(1).await;
+    let _ = deployments
+        .delete("fakegpu-operator-standby", &Default::default())
+        .await;
+    let first_again = eventually(
+        "the bundle's operator leads again",
+        Duration::from_secs(120),
+        || async { Ok((leads("127.0.0.1:19080") == Some(true)).then_some(())) },
+    )
+    .await;
+    result
+        .and(restored.map(drop).map_err(Into::into))
+        .and(first_again)
 }
