@@ -35,6 +35,20 @@ die() { log "error: $*"; exit 1; }
 # Hash of everything a Go module's binary depends on here; the pinned modules do the rest.
 module_stamp() { cat "$1"/go.mod "$1"/go.sum "$1"/*.go | sha256sum | cut -c1-16; }
 
+# Runs a long, silent command and says every minute that it still runs (no silent minutes in
+# the demo or CI logs); its exit status is the command's.
+with_progress() { # <what> <command...>
+  local what=$1 start=$SECONDS ticker
+  shift
+  (while sleep 60; do log "still building $what ($((SECONDS - start))s)"; done) &
+  ticker=$!
+  local status=0
+  "$@" || status=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  return "$status"
+}
+
 build_module() { # <module dir under hack/> <binary name>
   local module=$repo/hack/$1 out=$bin/$2 stamp
   stamp=$(module_stamp "$module")
@@ -43,7 +57,7 @@ build_module() { # <module dir under hack/> <binary name>
   fi
   log "building $2 from $module (first build takes 10-20 minutes on 2 cores)"
   local start=$SECONDS
-  (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out" .)
+  with_progress "$2" bash -c "cd '$module' && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o '$out' ."
   echo "$stamp" >"$out.stamp"
   log "built $2 in $((SECONDS - start))s"
 }

@@ -61,6 +61,16 @@ for archive in target/images/*.tar; do
 done
 rm -rf "$again"
 echo "same binaries, same archives: $(cd target/images && ls ./*.tar | tr '\n' ' ')"
+# Another reader of the format than containerd (which the real node imports with): skopeo, as
+# a user pushing to a registry runs it, must see each archive as the bundle names it.
+if command -v skopeo >/dev/null; then
+  hack/images.sh archives | while IFS=$'\t' read -r ref digest archive; do
+    seen=$(skopeo inspect --format '{{.Digest}} {{.Labels}}' "oci-archive:$archive")
+    [[ $seen == "$digest "* && $seen == *"${ref%:*}"* ]] ||
+      { echo "skopeo reads $archive as $seen, not $ref $digest" >&2; exit 1; }
+    echo "skopeo: $ref $digest"
+  done
+fi
 
 if [[ ${FAKEGPU_SKIP_REAL_NODE:-} == 1 ]]; then
   step "real node: SKIPPED (FAKEGPU_SKIP_REAL_NODE=1)"

@@ -60,7 +60,7 @@ oci_image_archive() {
   layer_size=$(oci_size "$work/layer.tar")
   layer=$(oci_blob "$layout" "$work/layer.tar")
 
-  printf '{"architecture":"amd64","os":"linux","created":"1970-01-01T00:00:00Z","config":{"User":"%s","Entrypoint":%s,"Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"WorkingDir":"/","Labels":{"org.opencontainers.image.title":"%s","org.opencontainers.image.version":"%s","org.opencontainers.image.source":"https://github.com/fakegpu/fakegpu"}},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created":"1970-01-01T00:00:00Z","created_by":"hack/images.sh"}]}' \
+  printf '{"architecture":"amd64","os":"linux","created":"1970-01-01T00:00:00Z","config":{"User":"%s","Entrypoint":%s,"Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"WorkingDir":"/","Labels":{"org.opencontainers.image.title":"%s","org.opencontainers.image.version":"%s"}},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created":"1970-01-01T00:00:00Z","created_by":"hack/images.sh"}]}' \
     "$user" "$(oci_json_list "$@")" "${ref%:*}" "$tag" "$layer" >"$work/config.json"
   local config_size config
   config_size=$(oci_size "$work/config.json")
