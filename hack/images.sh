@@ -40,7 +40,7 @@ build() {
   command -v musl-gcc >/dev/null || die "musl-gcc not found: apt-get install musl-tools"
   rustup target list --installed 2>/dev/null | grep -qx "$target" ||
     rustup target add "$target" >&2
-  log "building ${images[*]} for $target (release; a cold build takes 10-15 minutes on 2 cores)"
+  log "building ${images[*]} for $target (release; a cold build takes 5-10 minutes on 2 cores)"
   local start=$SECONDS
   # Paths of this machine stay out of the binaries, so another checkout builds the same bytes.
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \

@@ -32,6 +32,10 @@ export FAKEGPU_KCM_PORT=20257 FAKEGPU_SCHEDULER_PORT=20259 FAKEGPU_KWOK_PORT=202
 export FAKEGPU_HTTP_ADDR=127.0.0.1:28080
 hack/cluster.sh down >/dev/null 2>&1 || true
 rm -rf "$FAKEGPU_CLUSTER_DIR"
+# The host as it is before anything runs: after the real node's teardown it must be the same
+# (everything else the suite starts keeps to its own directories and loopback ports).
+mkdir -p "$FAKEGPU_CLUSTER_DIR"
+hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
 
@@ -83,7 +87,6 @@ if ! why=$(hack/node.sh check); then
 fi
 # The bundle's own operator takes over from the host process the KWOK phase ran.
 hack/operator.sh stop
-hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
 hack/node.sh up
 hack/node.sh bundle
 
