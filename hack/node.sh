@@ -88,42 +88,56 @@ build() {
   pause_stamp=$(cat "$repo"/hack/pause/go.mod "$repo"/hack/pause/*.go | sha256sum | cut -c1-16)
   if [[ ! -f $bin/pause.tar || $(cat "$bin/pause.stamp" 2>/dev/null) != "$pause_stamp" ]]; then
     log "building the pause image"
-    local rootfs
-    rootfs=$(mktemp -d)
-    (cd "$repo/hack/pause" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$rootfs/pause" .)
-    chmod 0755 "$rootfs" "$rootfs/pause"
-    oci_image_archive "$bin/pause.tar" "$pause_ref" 65535:65535 "$rootfs" /pause >/dev/null
-    rm -rf "$rootfs"
+    local_image pause "$pause_ref" 65535:65535 fill_pause /pause
     echo "$pause_stamp" >"$bin/pause.stamp"
   fi
   if [[ ! -f $bin/busybox.tar || /bin/busybox -nt $bin/busybox.tar ]]; then
-    local rootfs applet
-    rootfs=$(mktemp -d)
-    mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/usr/bin"
-    install -m 0755 /bin/busybox "$rootfs/bin/busybox"
-    for applet in sh ls cat env sleep grep wc head tail echo true test ps; do
-      ln -s busybox "$rootfs/bin/$applet"
-    done
-    chmod 0755 "$rootfs" "$rootfs/bin" "$rootfs/usr" "$rootfs/usr/bin"
-    chmod 1777 "$rootfs/tmp"
-    oci_image_archive "$bin/busybox.tar" "$busybox_ref" 0:0 "$rootfs" /bin/sh >/dev/null
-    rm -rf "$rootfs"
+    local_image busybox "$busybox_ref" 0:0 fill_busybox /bin/sh
   fi
   if [[ -x /usr/bin/prometheus && ( ! -f $bin/prometheus.tar || /usr/bin/prometheus -nt $bin/prometheus.tar ) ]]; then
-    local rootfs lib
-    rootfs=$(mktemp -d)
-    mkdir -p "$rootfs/bin" "$rootfs/prometheus"
-    install -m 0755 /usr/bin/prometheus "$rootfs/bin/prometheus"
-    # What the dynamic linker needs: the libraries ldd names, at the same paths.
-    for lib in $(ldd /usr/bin/prometheus | grep -oE '/[^ ]+\.so[^ ]*'); do
-      mkdir -p "$rootfs$(dirname "$lib")"
-      cp -L "$lib" "$rootfs$lib"
-    done
-    chmod -R u=rwX,go=rX "$rootfs"
-    chmod 0777 "$rootfs/prometheus"
-    oci_image_archive "$bin/prometheus.tar" "$prometheus_ref" 65534:65534 "$rootfs" /bin/prometheus >/dev/null
-    rm -rf "$rootfs"
+    local_image prometheus "$prometheus_ref" 65534:65534 fill_prometheus /bin/prometheus
   fi
+}
+
+# Writes $bin/<name>.tar: image <ref> running <entrypoint> as <user>, of the files <fill> puts
+# into an empty root.
+local_image() { # <name> <ref> <user> <fill> <entrypoint...>
+  local name=$1 ref=$2 user=$3 fill=$4 rootfs
+  shift 4
+  rootfs=$(mktemp -d)
+  "$fill" "$rootfs"
+  oci_image_archive "$bin/$name.tar" "$ref" "$user" "$rootfs" "$@" >/dev/null
+  rm -rf "$rootfs"
+}
+
+fill_pause() {
+  (cd "$repo/hack/pause" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$1/pause" .)
+  chmod 0755 "$1" "$1/pause"
+}
+
+fill_busybox() {
+  local applet
+  mkdir -p "$1/bin" "$1/tmp" "$1/usr/bin"
+  install -m 0755 /bin/busybox "$1/bin/busybox"
+  for applet in sh ls cat env sleep grep wc head tail echo true test ps; do
+    ln -s busybox "$1/bin/$applet"
+  done
+  chmod 0755 "$1" "$1/bin" "$1/usr" "$1/usr/bin"
+  chmod 1777 "$1/tmp"
+}
+
+fill_prometheus() {
+  local lib
+  mkdir -p "$1/bin" "$1/prometheus"
+  install -m 0755 /usr/bin/prometheus "$1/bin/prometheus"
+  # What the dynamic linker needs: the libraries ldd names, at the same paths.
+  for lib in $(ldd /usr/bin/prometheus | grep -oE '/[^ ]+\.so[^ ]*'); do
+    mkdir -p "$1$(dirname "$lib")"
+    cp -L "$lib" "$1$lib"
+  done
+  chmod -R u=rwX,go=rX "$1"
+  # Its data directory, writable by the image's user.
+  chmod 0777 "$1/prometheus"
 }
 
 # --- configuration ---------------------------------------------------------------------------
