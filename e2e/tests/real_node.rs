@@ -95,7 +95,7 @@ async fn real_pool(
 }
 
 /// Deletes the test's pods and waits until they are gone from the real node, then takes the
-/// node out of every pool and runs the cleanup. In that order: the node agents leave with the
+/// node out of every pool, waits for its node agents to go, and runs the cleanup. In that order: the node agents leave with the
 /// pool, and a pod whose claim no plugin can unprepare any more stays Terminating.
 async fn finish<T>(
     client: &Client,
@@ -122,7 +122,19 @@ async fn finish<T>(
         .await
     }
     .await;
-    let unlabelled = set_pool(client, &real_node(), None).await;
+    let node = real_node();
+    let unlabelled = async {
+        set_pool(client, &node, None).await?;
+        // The next test starts from a node without agents: a plugin still going away leaves
+        // the kubelet with devices it can no longer allocate.
+        eventually(
+            &format!("no node agent left on {node}"),
+            CONVERGE,
+            || async { Ok((fakegpu_on_node(client, &node).await?.0 == 0).then_some(())) },
+        )
+        .await
+    }
+    .await;
     let result = cleanup.after(result).await;
     deleted.and(unlabelled).and(result)
 }
