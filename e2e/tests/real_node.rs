@@ -208,6 +208,67 @@ async fn create_real_pod(
         .with_context(|| format!("creating pod {namespace}/{name}"))
 }
 
+/// A script for GPU pods: what nvidia-smi lists, then the environment.
+const LIST_AND_ENV: &str = "nvidia-smi -L && echo '--' && env";
+
+/// The one device a container was given: `NVIDIA_VISIBLE_DEVICES`, one of `expected`, and
+/// listed by the container's nvidia-smi.
+fn visible_device(output: &str, expected: &[String]) -> anyhow::Result<String> {
+    let visible = env_value(output, "NVIDIA_VISIBLE_DEVICES")
+        .with_context(|| format!("no NVIDIA_VISIBLE_DEVICES in the container: {output}"))?;
+    ensure!(
+        expected.iter().any(|e| e == visible),
+        "the container got {visible}, not one of {expected:?}"
+    );
+    let listed = output.split("--\n").next().unwrap_or_default();
+    ensure!(
+        listed.contains(&format!("(UUID: {visible})")),
+        "nvidia-smi -L in the container does not list {visible}: {listed}"
+    );
+    Ok(visible.to_owned())
+}
+
+/// Creates ResourceClaimTemplate `name` whose claims ask for `devices` (`spec.devices`).
+async fn claim_template(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    devices: serde_json::Value,
+) -> anyhow::Result<()> {
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": devices}},
+    }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &template)
+        .await?;
+    Ok(())
+}
+
+/// Requests of one GPU of NVIDIA's class, named `gpu`.
+fn one_gpu() -> serde_json::Value {
+    json!([{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}])
+}
+
+/// Runs [`LIST_AND_ENV`] in a pod given one `resource` by the device plugin.
+async fn list_with_one(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    resource: &str,
+) -> anyhow::Result<String> {
+    run_on_real_node(
+        client,
+        namespace,
+        name,
+        LIST_AND_ENV,
+        json!({"limits": {resource: 1}}),
+        json!({"runtimeClassName": "nvidia"}),
+    )
+    .await
+}
+
 /// The value of `NAME=value` in `env` output.
 fn env_value<'a>(output: &'a str, name: &str) -> Option<&'a str> {
     output
@@ -371,28 +432,18 @@ async fn dra_claims_are_prepared_for_real_containers() -> anyhow::Result<()> {
     .await
 }
 
-const CLAIM_SCRIPT: &str = "nvidia-smi -L && echo '--' && env";
-
 async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
     let node = real_node();
     let uuids = node_uuids(client, &node, pool).await?;
     slice_published(client, &node, &uuids).await?;
-    let request = json!([{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]);
-    let template: ResourceClaimTemplate = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": request}}},
-    }))?;
-    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &template)
-        .await?;
+    claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
 
     // A claim from the template: the CDI spec the DRA plugin wrote reaches the container.
     let output = run_on_real_node(
         client,
         namespace,
         "templated",
-        CLAIM_SCRIPT,
+        LIST_AND_ENV,
         json!({"claims": [{"name": "gpu"}]}),
         json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
     )
@@ -407,7 +458,7 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
     let claim: ResourceClaim = serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "shared", "namespace": namespace},
-        "spec": {"devices": {"requests": request}},
+        "spec": {"devices": {"requests": one_gpu()}},
     }))?;
     Api::<ResourceClaim>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &claim)
@@ -418,7 +469,7 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
             client,
             namespace,
             pod,
-            CLAIM_SCRIPT,
+            LIST_AND_ENV,
             json!({"claims": [{"name": "gpu"}]}),
             json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}]}),
         )
@@ -432,12 +483,7 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
 /// The one GPU a claim's container sees: `nvidia-smi -L` lists exactly the GPU named by
 /// `NVIDIA_VISIBLE_DEVICES`, one of the node's.
 fn claimed_gpu(output: &str, uuids: &[String]) -> anyhow::Result<String> {
-    let visible = env_value(output, "NVIDIA_VISIBLE_DEVICES")
-        .with_context(|| format!("no NVIDIA_VISIBLE_DEVICES in the container: {output}"))?;
-    ensure!(
-        uuids.iter().any(|u| u == visible),
-        "{visible} is not one of {uuids:?}"
-    );
+    let visible = visible_device(output, uuids)?;
     // The device names itself, as the reference's plugin names it: GPU_DEVICE_<device>_UUID.
     ensure!(
         output
@@ -445,12 +491,13 @@ fn claimed_gpu(output: &str, uuids: &[String]) -> anyhow::Result<String> {
             .any(|l| l.starts_with("GPU_DEVICE_") && l.ends_with(&format!("_UUID={visible}"))),
         "no GPU_DEVICE_<device>_UUID={visible} in the container: {output}"
     );
+    // And nvidia-smi lists that GPU alone.
     let listed = output.split("--\n").next().unwrap_or_default().trim();
     ensure!(
         listed == format!("GPU 0: {PRODUCT} (UUID: {visible})"),
         "nvidia-smi -L in a claim's container: {listed}"
     );
-    Ok(visible.to_owned())
+    Ok(visible)
 }
 
 /// Waits until the bundle's DaemonSet pods `apps` (`app.kubernetes.io/name`) run Ready on
@@ -583,26 +630,6 @@ async fn leave(client: &Client, _pool: &str, _namespace: &str) -> anyhow::Result
     Ok(())
 }
 
-/// The script of the pods below: what nvidia-smi lists, then the environment.
-const LIST_AND_ENV: &str = "nvidia-smi -L && echo '--' && env";
-
-/// The one device a container was given: `NVIDIA_VISIBLE_DEVICES`, one of `expected`, and
-/// listed by the container's nvidia-smi.
-fn visible_device(output: &str, expected: &[String]) -> anyhow::Result<String> {
-    let visible = env_value(output, "NVIDIA_VISIBLE_DEVICES")
-        .with_context(|| format!("no NVIDIA_VISIBLE_DEVICES in the container: {output}"))?;
-    ensure!(
-        expected.iter().any(|e| e == visible),
-        "the container got {visible}, not one of {expected:?}"
-    );
-    let listed = output.split("--\n").next().unwrap_or_default();
-    ensure!(
-        listed.contains(&format!("(UUID: {visible})")),
-        "nvidia-smi -L in the container does not list {visible}: {listed}"
-    );
-    Ok(visible.to_owned())
-}
-
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
 async fn mig_instances_reach_real_containers() -> anyhow::Result<()> {
@@ -622,30 +649,21 @@ async fn mig_mixed(client: &Client, pool: &str, namespace: &str) -> anyhow::Resu
     let document = pool_document(client, &node, pool).await?;
     // Through the device plugin: NVIDIA's mixed-strategy resource name.
     advertised(client, &node, "nvidia.com/mig-1g.5gb", "1").await?;
-    let output = run_on_real_node(
-        client,
-        namespace,
-        "mig-plugin",
-        LIST_AND_ENV,
-        json!({"limits": {"nvidia.com/mig-1g.5gb": 1}}),
-        json!({"runtimeClassName": "nvidia"}),
-    )
-    .await?;
+    let output = list_with_one(client, namespace, "mig-plugin", "nvidia.com/mig-1g.5gb").await?;
     visible_device(&output, &instances_of(&document, "1g.5gb"))?;
     agents_ready(client, &node, &["fakegpu-dra-plugin"]).await?;
 
     // Through DRA: a claim of NVIDIA's MIG class, with a CEL selector on the profile.
-    let template: ResourceClaimTemplate = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "mig-2g", "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+    claim_template(
+        client,
+        namespace,
+        "mig-2g",
+        json!({"requests": [{"name": "mig", "exactly": {
             "deviceClassName": "mig.nvidia.com",
             "selectors": [{"cel": {"expression":
-                "device.attributes['gpu.nvidia.com'].profile == '2g.10gb'"}}]}}]}}},
-    }))?;
-    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &template)
-        .await?;
+                "device.attributes['gpu.nvidia.com'].profile == '2g.10gb'"}}]}}]}),
+    )
+    .await?;
     let output = run_on_real_node(
         client,
         namespace,
@@ -678,15 +696,7 @@ async fn mig_single(client: &Client, pool: &str, namespace: &str) -> anyhow::Res
     let document = pool_document(client, &node, pool).await?;
     // Under `single` the instances are the node's nvidia.com/gpu.
     advertised(client, &node, "nvidia.com/gpu", "2").await?;
-    let output = run_on_real_node(
-        client,
-        namespace,
-        "mig-single",
-        LIST_AND_ENV,
-        json!({"limits": {"nvidia.com/gpu": 1}}),
-        json!({"runtimeClassName": "nvidia"}),
-    )
-    .await?;
+    let output = list_with_one(client, namespace, "mig-single", "nvidia.com/gpu").await?;
     visible_device(&output, &instances_of(&document, "3g.20gb")).map(drop)
 }
 
@@ -880,15 +890,7 @@ async fn restarts(client: &Client, pool: &str, namespace: &str) -> anyhow::Resul
         json!({}),
     )
     .await?;
-    let template: ResourceClaimTemplate = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": [
-            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
-    }))?;
-    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &template)
-        .await?;
+    claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
     let by_claim = holding_pod(
         client,
         namespace,
@@ -989,19 +991,17 @@ async fn configured_template(
     name: &str,
     parameters: serde_json::Value,
 ) -> anyhow::Result<()> {
-    let template: ResourceClaimTemplate = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"spec": {"devices": {
+    claim_template(
+        client,
+        namespace,
+        name,
+        json!({
             "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
             "config": [{"requests": ["gpu"],
                 "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}],
-        }}},
-    }))?;
-    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &template)
-        .await?;
-    Ok(())
+        }),
+    )
+    .await
 }
 
 #[tokio::test]
