@@ -8,6 +8,9 @@
 #   hack/cluster.sh env     print the export line for the running cluster
 #   hack/cluster.sh status  show which components run
 #   hack/cluster.sh add-node NAME [key=value ...]   create a Ready KWOK node with extra labels
+#   hack/cluster.sh cert NAME SUBJECT [SAN]         a certificate signed by the cluster CA, once:
+#                                                   client only, or client and server with a SAN
+#                                                   (hack/node.sh's node identity); prints its path
 #
 # State (certificates, kubeconfig, logs, etcd data, pid files) lives in $FAKEGPU_CLUSTER_DIR,
 # default .cache/cluster in the repository (ignored by git). Ports can be moved with the
@@ -94,8 +97,11 @@ issue_cert() { # <name> <subject> [<subjectAltName>]
 }
 
 pki() {
+  [[ -f $dir/pki/admin.crt ]] || new_pki
   kubelet_client_cert
-  [[ -f $dir/pki/admin.crt ]] && return
+}
+
+new_pki() {
   log "creating certificates in $dir/pki"
   mkdir -p "$dir/pki"
   openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -subj "/CN=fakegpu-local-ca" \
@@ -105,14 +111,13 @@ pki() {
   issue_cert admin "/O=system:masters/CN=admin"
   openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$dir/pki/sa.key" -pubout -out "$dir/pki/sa.pub" 2>/dev/null
-  kubelet_client_cert
 }
 
 # The API server's client certificate for kubelets (`kubectl logs/exec` on hack/node.sh's real
 # node, whose kubelet authorizes it by webhook); also made for clusters created before it was.
 kubelet_client_cert() {
-  [[ -f $dir/pki/ca.key && ! -f $dir/pki/apiserver-kubelet-client.crt ]] || return 0
-  issue_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  [[ -f $dir/pki/apiserver-kubelet-client.crt ]] ||
+    issue_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 }
 
 kubeconfig() {
@@ -329,5 +334,11 @@ case ${1:-} in
     add_node "$@"
     wait_for "KWOK node $1" 60 node_ready "$1"
     ;;
-  *) echo "usage: $0 {build|up|down|env|status|add-node}" >&2; exit 2 ;;
+  cert)
+    [[ $# -ge 3 ]] || die "usage: $0 cert NAME SUBJECT [SAN]"
+    [[ -f $dir/pki/ca.key ]] || die "no cluster CA in $dir/pki: run $0 up first"
+    [[ -f $dir/pki/$2.crt ]] || issue_cert "$2" "$3" "${4:-}"
+    echo "$dir/pki/$2"
+    ;;
+  *) echo "usage: $0 {build|up|down|env|status|add-node|cert}" >&2; exit 2 ;;
 esac

@@ -143,22 +143,11 @@ fill_prometheus() {
 # --- configuration ---------------------------------------------------------------------------
 
 # The node's client certificate (Node authorizer, NodeRestriction) and its serving certificate,
-# signed by the cluster's CA.
+# signed by the cluster's CA; sets $client and $serving, their paths without .crt/.key.
 certificates() {
-  local pki=$state/pki
-  [[ -f $pki/kubelet-client.crt ]] && return
-  mkdir -p "$pki"
-  sign() { # <name> <subject> <extensions>
-    openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/$1.key" -subj "$2" -out "$pki/$1.csr" 2>/dev/null
-    printf '%s\n' "$3" >"$pki/$1.ext"
-    openssl x509 -req -in "$pki/$1.csr" -CA "$dir/pki/ca.crt" -CAkey "$dir/pki/ca.key" -CAcreateserial \
-      -days 365 -sha256 -extfile "$pki/$1.ext" -out "$pki/$1.crt" 2>/dev/null
-    rm -f "$pki/$1.csr" "$pki/$1.ext"
-  }
-  sign kubelet-client "/O=system:nodes/CN=system:node:$node" \
-    $'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
-  sign kubelet-serving "/O=system:nodes/CN=system:node:$node" \
-    $'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:'"$node"
+  client=$("$repo/hack/cluster.sh" cert "$node-client" "/O=system:nodes/CN=system:node:$node")
+  serving=$("$repo/hack/cluster.sh" cert "$node-serving" "/O=system:nodes/CN=system:node:$node" \
+    "IP:127.0.0.1,DNS:$node")
 }
 
 configure() {
@@ -173,7 +162,7 @@ clusters:
   cluster: {server: "$server", certificate-authority: "$dir/pki/ca.crt"}
 users:
 - name: $node
-  user: {client-certificate: "$state/pki/kubelet-client.crt", client-key: "$state/pki/kubelet-client.key"}
+  user: {client-certificate: "$client.crt", client-key: "$client.key"}
 contexts:
 - name: $node
   context: {cluster: local, user: $node}
@@ -194,8 +183,8 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: "$dir/pki/ca.crt"}
 authorization: {mode: Webhook}
-tlsCertFile: "$state/pki/kubelet-serving.crt"
-tlsPrivateKeyFile: "$state/pki/kubelet-serving.key"
+tlsCertFile: "$serving.crt"
+tlsPrivateKeyFile: "$serving.key"
 containerRuntimeEndpoint: "unix://$containerd_sock"
 # This kind of machine has cgroup v1, which Kubernetes >= 1.35 refuses unless told.
 cgroupDriver: cgroupfs
