@@ -4,6 +4,7 @@
 pub mod compute_domain;
 pub mod crds;
 pub mod dra;
+pub mod kubelet_devices;
 pub mod meta;
 pub mod names;
 pub mod nrt;

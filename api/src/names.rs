@@ -381,6 +381,24 @@ pub mod topology {
     pub const NODE_NAME_LABEL: &str = "node-name";
 }
 
+/// The per-node ConfigMap in which a node agent reports the devices the kubelet gave each
+/// container ([`crate::kubelet_devices::KubeletDevices`]). The kubelet, not fakegpu, picks the
+/// devices of an extended-resource request on a real node; the operator records pods on the
+/// GPUs this report names, so metrics and nvidia-smi agree with what the container sees.
+pub mod kubelet_devices {
+    /// ConfigMap name prefix; the full name is `kubelet-devices-<node name>`.
+    pub const CONFIGMAP_PREFIX: &str = "kubelet-devices-";
+    /// Data key holding the JSON report.
+    pub const DATA_KEY: &str = "devices.json";
+    /// Label (value `true`) on every report; the operator watches by it.
+    pub const LABEL: &str = "fakegpu.dev/kubelet-devices";
+    /// Environment variable with the kubelet's PodResources socket the node agent reads
+    /// (default [`DEFAULT_SOCKET`]).
+    pub const SOCKET_ENV: &str = "FAKEGPU_POD_RESOURCES_SOCKET";
+    /// Where the kubelet serves its PodResources API.
+    pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+}
+
 /// Environment a container given GPUs sees, set by the device plugin's Allocate and by the DRA
 /// plugin's CDI specs, and read by the fake nvidia-smi inside the container.
 pub mod container_env {
