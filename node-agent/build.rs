@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/pluginregistration/v1/api.proto",
         "proto/dra/v1/api.proto",
         "proto/dra/v1beta1/api.proto",
+        "proto/podresources/v1/api.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

@@ -3,12 +3,16 @@
 //!
 //! - [`container`]: what both plugins give every container besides its devices;
 //! - [`topology_source`]: the node's topology ConfigMap, watched, last good document kept;
-//! - [`device_plugin`]: the `nvidia.com/gpu` device plugin, its registration and re-registration;
+//! - [`device_plugin`]: the `nvidia.com/gpu` device plugin, its registration and re-registration,
+//!   and the report of which GPUs the kubelet gave each container;
 //! - [`dra`]: the DRA kubelet plugin for driver `gpu.nvidia.com`, and the node's ResourceSlice;
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`uds`]: gRPC over Unix sockets; [`lenient_grpc`]: the registration socket's server;
 //! - [`proto`]: the kubelet's API definitions, generated;
 //! - [`smi`]: the fake nvidia-smi (binary `nvidia-smi`) that containers given GPUs run.
+
+/// Field manager of the agent's writes (its ResourceSlices, its report of the kubelet's devices).
+pub const FIELD_MANAGER: &str = "fakegpu-node-agent";
 
 pub mod container;
 pub mod device_plugin;

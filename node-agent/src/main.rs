@@ -5,7 +5,9 @@
 //! - `FAKEGPU_DEVICE_PLUGIN` / `FAKEGPU_DRA`: `false` turns that plugin off, and
 //!   `FAKEGPU_COMPUTE_DOMAINS=true` turns the compute-domain DRA plugin on (the bundle runs one
 //!   DaemonSet per interface, on the nodes the operator labels for it);
-//! - `FAKEGPU_DEVICE_PLUGIN_DIR` (default `/var/lib/kubelet/device-plugins`);
+//! - `FAKEGPU_DEVICE_PLUGIN_DIR` (default `/var/lib/kubelet/device-plugins`), and
+//!   `FAKEGPU_POD_RESOURCES_SOCKET` (default `/var/lib/kubelet/pod-resources/kubelet.sock`),
+//!   where the device plugin's agent reads which GPUs the kubelet gave each container;
 //! - `FAKEGPU_PLUGINS_REGISTRY_DIR` (default `/var/lib/kubelet/plugins_registry`),
 //!   `FAKEGPU_PLUGINS_DIR` (default `/var/lib/kubelet/plugins`), `FAKEGPU_CDI_DIR` (default
 //!   `/var/run/cdi`);
@@ -23,6 +25,7 @@ use fakegpu_api::names::{
     fakegpu::{
         DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
     },
+    kubelet_devices,
 };
 use fakegpu_node_agent::{
     container::{self, ContainerEdits},
@@ -30,7 +33,7 @@ use fakegpu_node_agent::{
 };
 use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
 use futures::{FutureExt, future::Shared};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 fn enabled(name: &str) -> bool {
@@ -84,6 +87,7 @@ async fn run() -> anyhow::Result<()> {
         )
         .into(),
         container: container.clone(),
+        allocated: Arc::new(Notify::new()),
     };
     let dra = dra::Settings {
         node: node.clone(),
@@ -125,17 +129,29 @@ async fn run() -> anyhow::Result<()> {
     let channels = Arc::new(dra::channels::ChannelDevices {
         topology: topology.clone(),
     });
-    let plugins = futures::future::try_join3(
-        maybe(
-            serve_device_plugin,
-            device_plugin::run(
-                device_plugin,
-                topology.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ),
+    let reporter = device_plugin::kubelet_devices::Reporter {
+        client: client.clone(),
+        namespace: namespace.clone(),
+        node: node.clone(),
+        socket: env_or(kubelet_devices::SOCKET_ENV, kubelet_devices::DEFAULT_SOCKET).into(),
+        allocated: device_plugin.allocated.clone(),
+    };
+    let device_plugins = {
+        let plugins = device_plugin::run(
+            device_plugin,
+            topology.clone(),
+            metrics.clone(),
             shutdown.clone(),
-        ),
+        );
+        async {
+            tokio::select! {
+                result = plugins => result,
+                () = reporter.run() => Ok(()),
+            }
+        }
+    };
+    let plugins = futures::future::try_join3(
+        maybe(serve_device_plugin, device_plugins, shutdown.clone()),
         maybe(
             serve_dra,
             dra::run(

@@ -28,3 +28,9 @@ pub mod dra {
         tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
     }
 }
+
+/// The kubelet's PodResources API v1 (`v1.PodResourcesLister`, served by the kubelet), List only:
+/// which devices the kubelet gave each container.
+pub mod podresources {
+    tonic::include_proto!("v1");
+}

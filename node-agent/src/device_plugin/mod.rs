@@ -8,6 +8,7 @@
 //! watches the kubelet's socket and its own, and serves and registers anew when either is
 //! replaced or gone.
 
+pub mod kubelet_devices;
 pub mod preferred;
 pub mod service;
 
@@ -17,10 +18,11 @@ use std::{
     collections::BTreeMap,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tonic::transport::Server;
 use tracing::{debug, info, warn};
 
@@ -49,6 +51,8 @@ pub struct Settings {
     /// The kubelet's device-plugins directory (`/var/lib/kubelet/device-plugins`).
     pub dir: PathBuf,
     pub container: ContainerEdits,
+    /// Told after each Allocate (see [`kubelet_devices::Reporter`]).
+    pub allocated: Arc<Notify>,
 }
 
 /// A file's identity: a socket re-created at the same path is another file.
@@ -224,6 +228,7 @@ async fn serve_one_kubelet(
         topology: topology.clone(),
         container: settings.container.clone(),
         metrics: metrics.clone(),
+        allocated: settings.allocated.clone(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(

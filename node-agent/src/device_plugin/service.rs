@@ -3,13 +3,14 @@
 //! UUIDs (the same IDs as labels, ResourceSlices, metrics and nvidia-smi), health and NUMA zone
 //! from the topology document, and what a container gets when it is given devices.
 
-use std::{collections::BTreeSet, pin::Pin};
+use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
 use fakegpu_api::{
     names::{container_env, resource},
     topology::NodeTopology,
 };
 use futures::{Stream, StreamExt};
+use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
 
@@ -78,6 +79,8 @@ pub struct GpuDevicePlugin {
     /// Environment and nvidia-smi for every container.
     pub container: ContainerEdits,
     pub metrics: Metrics,
+    /// Told after each Allocate: the kubelet now records which pod got which devices.
+    pub allocated: Arc<Notify>,
 }
 
 /// The devices of `offer` in a document, by UUID with health and NUMA zone. `nvidia.com/gpu`:
@@ -279,6 +282,7 @@ impl DevicePlugin for GpuDevicePlugin {
             .collect::<Result<_, _>>()
             .inspect_err(|_| self.metrics.call("Allocate", false))?;
         self.metrics.call("Allocate", true);
+        self.allocated.notify_one();
         Ok(Response::new(AllocateResponse {
             container_responses,
         }))

@@ -21,8 +21,7 @@ use tracing::{info, warn};
 use super::devices::Devices;
 use crate::topology_source::Topology;
 
-/// Field manager of the agent's writes.
-pub const FIELD_MANAGER: &str = "fakegpu-node-agent";
+use crate::FIELD_MANAGER;
 
 /// Labels of the agent's slices: fakegpu's, and the node's pool.
 pub fn labels(pool: &str) -> BTreeMap<String, String> {
