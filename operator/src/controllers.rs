@@ -14,6 +14,7 @@ use fakegpu_api::{
     GpuNodePool,
     names::{
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
+        kubelet_devices,
         topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
     },
     nrt::{self, NodeResourceTopology},
@@ -112,6 +113,7 @@ pub async fn run(
     let (slices, slice_writer) = reflector::store::<ResourceSlice>();
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (claims, claim_writer) = reflector::store::<ResourceClaim>();
+    let (kubelet_reports, kubelet_report_writer) = reflector::store::<ConfigMap>();
     let pods_by_node = PodsByNode::default();
     let recent = Arc::new(RecentWrites::default());
 
@@ -151,6 +153,15 @@ pub async fn run(
     // Driven here, not by the node controller: the controllers start only once this cache is full.
     let (configmap_events, [configmaps_for_nodes, configmaps_for_pools]) =
         fan_out(configmap_events);
+    // What the node agents report of their kubelets' choices (real nodes only).
+    let kubelet_report_events = cached(
+        Api::namespaced(client.clone(), &namespace),
+        all.clone()
+            .labels(&format!("{}=true", kubelet_devices::LABEL)),
+        kubelet_report_writer,
+        apply::drop_managed_fields,
+    );
+    let (kubelet_report_events, [kubelet_reports_for_nodes]) = fan_out(kubelet_report_events);
     let device_class_events = cached(
         Api::all(client.clone()),
         all.clone(),
@@ -230,6 +241,7 @@ pub async fn run(
         pods: pods.clone(),
         pods_by_node,
         claims: claims.clone(),
+        kubelet_reports: kubelet_reports.clone(),
         nrts: nrts.clone(),
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
@@ -247,6 +259,9 @@ pub async fn run(
             move |pool| node::nodes_of_pool(&node_store.state(), &pool),
         )
         .watches_shared_stream(configmaps_for_nodes, |cm| {
+            cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
+        })
+        .watches_shared_stream(kubelet_reports_for_nodes, |cm| {
             cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
         })
         .watches_shared_stream(slices_for_nodes, |slice| {
@@ -309,6 +324,8 @@ pub async fn run(
         slices.wait_until_ready().await?;
         pods.wait_until_ready().await?;
         claims.wait_until_ready().await?;
+        // A pod on a real node keeps the GPUs its kubelet gave it, not the lowest free ones.
+        kubelet_reports.wait_until_ready().await?;
         if let Some(nrts) = &nrts {
             nrts.wait_until_ready().await?;
         }
@@ -346,6 +363,7 @@ pub async fn run(
         () = slice_events => anyhow::bail!("ResourceSlice watch ended"),
         () = pod_events => anyhow::bail!("Pod watch ended"),
         () = claim_events => anyhow::bail!("ResourceClaim watch ended"),
+        () = kubelet_report_events => anyhow::bail!("kubelet device report watch ended"),
         () = nrt_events => anyhow::bail!("NodeResourceTopology watch ended"),
     }
 }

@@ -77,6 +77,9 @@ pub struct Context {
     pub pods: Store<Pod>,
     pub pods_by_node: pods::PodsByNode,
     pub claims: Store<ResourceClaim>,
+    /// The node agents' reports of the devices their kubelets gave each container
+    /// ([`fakegpu_api::kubelet_devices`]), by ConfigMap name.
+    pub kubelet_reports: Store<ConfigMap>,
     /// fakegpu's NodeResourceTopologies; `None` when the cluster does not serve the API or
     /// publishing is switched off.
     pub nrts: Option<Store<fakegpu_api::nrt::NodeResourceTopology>>,

@@ -104,6 +104,9 @@ pub struct GpuUser {
     pub mig: BTreeMap<String, u32>,
     /// Device names (`gpu-<index>`, MIG device names) of this node its allocated claims name.
     pub claimed: BTreeSet<String>,
+    /// Device IDs (GPU and MIG instance UUIDs) the node's kubelet gave the pod's extended
+    /// resources, as its node agent reports them; empty on KWOK nodes and until reported.
+    pub given: BTreeSet<String>,
     pub sharing: Sharing,
     pub usage: PodGpuUsage,
 }
@@ -357,6 +360,7 @@ pub fn gpu_user(
         extended,
         mig,
         claimed,
+        given: BTreeSet::new(),
         sharing,
         usage: usage(pod, defaults, gpu_memory_mib),
     })
@@ -442,8 +446,9 @@ fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
 }
 
 /// Records `users` in `gpus` and their MIG instances, replacing what was recorded (holders
-/// that are gone are freed). Claims hold what the scheduler allocated; extended-resource pods,
-/// oldest first, keep what they held and then get the lowest free slots of their kind:
+/// that are gone are freed). Claims hold what the scheduler allocated; extended-resource pods
+/// hold what their kubelet gave them (where a node agent reported it), then, oldest first, keep
+/// what they held and then get the lowest free slots of their kind:
 /// `nvidia.com/gpu` whole GPUs (MIG instances under the `single` strategy),
 /// `nvidia.com/mig-<profile>` instances of that profile.
 pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
@@ -481,22 +486,30 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
             demands.push((user, matcher, *count));
         }
     }
-    let mut missing: Vec<u32> = Vec::with_capacity(demands.len());
-    // Each pod keeps what it held, as far as it is still free.
-    for (user, matches, count) in &demands {
-        let mut held = 0;
-        for slot in slots.iter_mut() {
-            if held < *count
-                && matches(&slot.kind)
-                && user.holds(&slot.previous)
-                && !slot.status.in_use()
-            {
-                slot.take(user);
-                held += 1;
+    // What the kubelet gave a pod is what its container sees: first. Then each pod keeps
+    // what it held, as far as it is still free.
+    let mut held: Vec<u32> = vec![0; demands.len()];
+    let given = |user: &GpuUser, slot: &Slot<'_>| user.given.contains(&slot.uuid);
+    let previous = |user: &GpuUser, slot: &Slot<'_>| user.holds(&slot.previous);
+    for rule in [&given as &dyn Fn(&GpuUser, &Slot<'_>) -> bool, &previous] {
+        for ((user, matches, count), held) in demands.iter().zip(held.iter_mut()) {
+            for slot in slots.iter_mut() {
+                if *held < *count
+                    && matches(&slot.kind)
+                    && rule(user, slot)
+                    && !slot.status.in_use()
+                {
+                    slot.take(user);
+                    *held += 1;
+                }
             }
         }
-        missing.push(count - held);
     }
+    let missing: Vec<u32> = demands
+        .iter()
+        .zip(&held)
+        .map(|((_, _, count), held)| count - held)
+        .collect();
     // Then the lowest free slots, oldest pod first.
     for ((user, matches, _), missing) in demands.iter().zip(missing) {
         let free = slots
@@ -849,6 +862,30 @@ mod tests {
         let before = topology.clone();
         assign(&mut topology, &[b, c], false);
         assert_eq!(topology, before);
+    }
+
+    #[test]
+    fn the_gpus_a_kubelet_gave_win_over_what_was_recorded() {
+        let mut topology = gpus(4);
+        let old = user(&asking("old", "2026-01-01T00:00:00Z", 1), &[]);
+        let mut young = user(&asking("young", "2026-01-02T00:00:00Z", 2), &[]);
+        // Before the node agent reports, the operator guesses.
+        assign(&mut topology, &[old.clone(), young.clone()], false);
+        assert_eq!(holders(&topology), ["old", "young", "young", ""]);
+        // The kubelet gave the young pod GPUs 0 and 3 (NUMA-aware, say): the record follows,
+        // and the older pod, given nothing reported yet, moves to a free GPU.
+        young.given = BTreeSet::from(["GPU-0".to_owned(), "GPU-3".to_owned()]);
+        assign(&mut topology, &[old.clone(), young.clone()], false);
+        assert_eq!(holders(&topology), ["young", "old", "", "young"]);
+        // More reported than asked for, or a device of another node: never more than asked.
+        young.given = BTreeSet::from([
+            "GPU-9".to_owned(),
+            "GPU-2".to_owned(),
+            "GPU-3".to_owned(),
+            "GPU-0".to_owned(),
+        ]);
+        assign(&mut topology, &[old, young], false);
+        assert_eq!(holders(&topology), ["young", "old", "young", ""]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod dynamic_mig;
 pub mod labels;
+pub mod leaving;
 pub mod nrt;
 pub mod slice;
 pub mod status;
@@ -14,6 +15,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use fakegpu_api::{
     GpuNodePool,
+    kubelet_devices::KubeletDevices,
     names::{annotation, condition, fakegpu::POOL_LABEL},
     nrt::NodeResourceTopology,
     pool::resolve::{ResolvedGpu, resolve_pool},
@@ -81,8 +83,12 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
 async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     let pools = ctx.pools.state();
     let Some(pool) = membership::owner(&pools, node.labels()) else {
-        release(&ctx, &node).await?;
-        return Ok(Action::await_change());
+        let lingering = release(&ctx, &node).await?;
+        return Ok(if lingering {
+            Action::requeue(LINGER_RECHECK)
+        } else {
+            Action::await_change()
+        });
     };
     match resolve_pool(&pool.spec) {
         Ok(mut gpu) => {
@@ -106,6 +112,10 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     }
     Ok(Action::await_change())
 }
+
+/// How often a node that left its pool looks again whether its pods still hold claims (a
+/// released claim names no node any more, so its event does not reach the node).
+const LINGER_RECHECK: Duration = Duration::from_secs(5);
 
 /// Labels, annotations, KWOK capacity and the fractioning condition, in one apply of the node's
 /// status subresource. The API server keeps the metadata of a status write (it resets only
@@ -215,7 +225,7 @@ fn desired_topology(
         .as_ref()
         .and_then(|u| u.default.as_deref())
         .and_then(|text| text.parse().ok());
-    let users: Vec<_> = pods
+    let mut users: Vec<_> = pods
         .iter()
         .filter_map(|pod| {
             let namespace = pod.namespace().unwrap_or_default();
@@ -235,9 +245,36 @@ fn desired_topology(
             )
         })
         .collect();
+    give_what_the_kubelet_gave(ctx, &name, &mut users);
     let mig_single = document.mig_strategy == "single";
     tracking::assign(&mut document.gpus, &users, mig_single);
     (document, users)
+}
+
+/// The devices the node's kubelet gave each pod, from the report of its node agent (a real
+/// node serving the device plugin; KWOK nodes have none). A report that cannot be read counts
+/// as none: pods then keep what the document recorded.
+fn give_what_the_kubelet_gave(ctx: &Context, node: &str, users: &mut [tracking::GpuUser]) {
+    let name = KubeletDevices::configmap_name(node);
+    let Some(configmap) = ctx
+        .kubelet_reports
+        .get(&ObjectRef::new(&name).within(&ctx.namespace))
+    else {
+        return;
+    };
+    let report = match KubeletDevices::from_configmap(&configmap) {
+        Ok(report) => report,
+        Err(error) => {
+            warn!(node, configmap = %name, %error, "ignoring the node agent's report of the kubelet's devices");
+            return;
+        }
+    };
+    let given = report.by_pod();
+    for user in users {
+        if let Some(devices) = given.get(&(user.namespace.as_str(), user.pod.as_str())) {
+            user.given = devices.iter().map(|d| (*d).to_owned()).collect();
+        }
+    }
 }
 
 /// Tells each reservation pod of the node which GPU it holds (annotation
@@ -403,11 +440,24 @@ async fn ensure_topology(
 /// Takes away what the operator gave a node: its labels and status entries (an empty apply
 /// drops every field the field manager owns, and only those), its slices and its topology
 /// ConfigMap.
-pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
+pub async fn release(ctx: &Context, node: &Node) -> Result<bool> {
     let name = node.name_any();
+    let lingering = if has_kubelet(node) {
+        leaving::lingering_labels(&ctx.claims.state(), &name)
+    } else {
+        Default::default()
+    };
     if node.labels().contains_key(POOL_LABEL) || status::owns_status(node) {
-        info!(node = %name, "node left its pool: removing labels and status entries");
-        apply_node(ctx, node, &status::NodeIntent::default()).await?;
+        if lingering.is_empty() {
+            info!(node = %name, "node left its pool: removing labels and status entries");
+        } else {
+            info!(node = %name, keeping = ?lingering.keys().collect::<Vec<_>>(), "node left its pool: removing labels and status entries but the DRA plugins of claims its pods hold");
+        }
+        let intent = status::NodeIntent {
+            labels: lingering.clone(),
+            ..Default::default()
+        };
+        apply_node(ctx, node, &intent).await?;
     }
     for slice in [slice::slice_name(&name), slice::channel_slice_name(&name)] {
         sync_slice(ctx, &name, &slice, cached_slice(ctx, &slice), None).await?;
@@ -418,7 +468,7 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<()> {
         let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
         apply::delete_once(&ctx.recent, &configmaps, &topology::configmap_name(&name)).await?;
     }
-    Ok(())
+    Ok(!lingering.is_empty())
 }
 
 pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {

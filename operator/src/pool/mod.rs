@@ -111,6 +111,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     ctx.pool_status_pacer.forget(&name);
     for node in ctx.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
+            // A node whose pods still hold claims is looked at again by the node controller.
             node::release(ctx, &node).await?;
         }
     }
