@@ -95,8 +95,8 @@ async fn real_pool(
 }
 
 /// Deletes the test's pods and waits until they are gone from the real node, then takes the
-/// node out of every pool, waits for its node agents to go, and runs the cleanup. In that order: the node agents leave with the
-/// pool, and a pod whose claim no plugin can unprepare any more stays Terminating.
+/// node out of every pool, waits for its node agents to go, and runs the cleanup: the next
+/// test starts from a node without pods, agents or labels.
 async fn finish<T>(
     client: &Client,
     namespace: &str,
@@ -568,7 +568,7 @@ async fn slice_published(client: &Client, node: &str, uuids: &[String]) -> anyho
 
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
-async fn a_node_that_leaves_its_pool_keeps_no_fakegpu_pod_and_no_label() -> anyhow::Result<()> {
+async fn a_node_that_leaves_its_pool_keeps_only_what_its_pods_still_need() -> anyhow::Result<()> {
     on_real_pool(
         "real-leave",
         l4_pool(json!({"devicePlugin": true, "dra": true})),
@@ -605,19 +605,48 @@ async fn fakegpu_on_node(client: &Client, node: &str) -> anyhow::Result<(usize, 
     Ok((agents, ours))
 }
 
-async fn leave(client: &Client, _pool: &str, _namespace: &str) -> anyhow::Result<()> {
+async fn leave(client: &Client, _pool: &str, namespace: &str) -> anyhow::Result<()> {
     let node = real_node();
     eventually(&format!("both node agents on {node}"), CONVERGE, || async {
         Ok((fakegpu_on_node(client, &node).await?.0 == 2).then_some(()))
     })
     .await?;
+    claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
+    holding_claim_pod(client, namespace, "holder", "gpu", "one-gpu").await?;
     set_pool(client, &node, None).await?;
+    // The pod's claim was prepared by the DRA plugin: it stays until the kubelet has had it
+    // unprepare the claim; everything else goes at once.
+    eventually(
+        &format!("only the DRA plugin and its deploy label left on {node}"),
+        CONVERGE,
+        || async {
+            let (agents, labels) = fakegpu_on_node(client, &node).await?;
+            ensure!(
+                agents == 1 && labels == [label::DEPLOY_DRA_PLUGIN],
+                "{agents} agents, labels {labels:?}"
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.delete("holder", &Default::default()).await?;
+    eventually(
+        "the claim's pod gone, not stuck Terminating",
+        CONVERGE,
+        || async { Ok(pods.get_opt("holder").await?.is_none().then_some(())) },
+    )
+    .await?;
     eventually(
         &format!("no node agent and no fakegpu label on {node}"),
         CONVERGE,
         || async {
             let (agents, labels) = fakegpu_on_node(client, &node).await?;
-            Ok((agents == 0 && labels.is_empty()).then_some(()))
+            ensure!(
+                agents == 0 && labels.is_empty(),
+                "{agents} agents, labels {labels:?}"
+            );
+            Ok(Some(()))
         },
     )
     .await?;
@@ -748,14 +777,7 @@ async fn compute_domain(client: &Client, _pool: &str, namespace: &str) -> anyhow
     .await?;
     driver_slice(client, &node, "compute-domain.nvidia.com").await?;
     agents_ready(client, &node, &["fakegpu-compute-domain-plugin"]).await?;
-    holding_pod(
-        client,
-        namespace,
-        "imex-worker",
-        json!({"claims": [{"name": "imex"}]}),
-        json!({"resourceClaims": [{"name": "imex", "resourceClaimTemplateName": "imex-channel"}]}),
-    )
-    .await?;
+    holding_claim_pod(client, namespace, "imex-worker", "imex", "imex-channel").await?;
     let channels = kubectl(&[
         "exec",
         "-n",
@@ -813,6 +835,25 @@ async fn holding_pod(
     Ok(env_value(&env, "NVIDIA_VISIBLE_DEVICES")
         .unwrap_or_default()
         .to_owned())
+}
+
+/// [`holding_pod`] with one claim named `claim` from ResourceClaimTemplate `template`, for its
+/// one container.
+async fn holding_claim_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    template: &str,
+) -> anyhow::Result<String> {
+    holding_pod(
+        client,
+        namespace,
+        name,
+        json!({"claims": [{"name": claim}]}),
+        json!({"resourceClaims": [{"name": claim, "resourceClaimTemplateName": template}]}),
+    )
+    .await
 }
 
 /// Deletes the bundle's pods labelled `app.kubernetes.io/name=<app>` and waits for a
@@ -891,14 +932,7 @@ async fn restarts(client: &Client, pool: &str, namespace: &str) -> anyhow::Resul
     )
     .await?;
     claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
-    let by_claim = holding_pod(
-        client,
-        namespace,
-        "by-claim",
-        json!({"claims": [{"name": "gpu"}]}),
-        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
-    )
-    .await?;
+    let by_claim = holding_claim_pod(client, namespace, "by-claim", "gpu", "one-gpu").await?;
     ensure!(uuids.contains(&by_plugin) && uuids.contains(&by_claim));
 
     // The kubelet restarts: the plugins register again, the running pods keep their GPUs.
@@ -981,6 +1015,96 @@ async fn restarts(client: &Client, pool: &str, namespace: &str) -> anyhow::Resul
     }
     ensure!(container_env(namespace, "by-plugin")?.contains(&by_plugin));
     Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn metrics_and_nvidia_smi_name_the_gpu_the_kubelet_gave() -> anyhow::Result<()> {
+    // Three GPUs in NUMA zone 0, one in zone 1: the device plugin's preference for a
+    // one-GPU request is the zone it fills best, zone 1's GPU 3, where fakegpu's own choice
+    // for a pod would be the lowest free index, GPU 0.
+    on_real_pool(
+        "real-given",
+        json!({
+            "gpu": {"profile": "l4", "count": 4},
+            "numa": {"zones": 2, "gpusPerZone": [3, 1]},
+            "interfaces": {"devicePlugin": true, "dra": false},
+        }),
+        kubelet_choice,
+    )
+    .await
+}
+
+async fn kubelet_choice(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    let document = pool_document(client, &node, pool).await?;
+    let lone = document
+        .gpus
+        .iter()
+        .find(|g| g.numa_node == Some(1))
+        .map(|g| g.id.clone())
+        .context("no GPU in NUMA zone 1")?;
+    advertised(client, &node, "nvidia.com/gpu", "4").await?;
+    let given = holding_pod(
+        client,
+        namespace,
+        "given",
+        json!({"limits": {"nvidia.com/gpu": 1}}),
+        json!({"runtimeClassName": "nvidia"}),
+    )
+    .await?;
+    ensure!(
+        given == lone,
+        "the kubelet gave {given}, not zone 1's {lone}: the scenario does not tell the \
+         kubelet's choice from the operator's"
+    );
+    // The node agent reports the kubelet's choice; the operator's document follows it.
+    eventually(
+        "the document records the pod on the GPU its container sees",
+        CONVERGE,
+        || async {
+            let held = holders(client, &node).await?;
+            ensure!(
+                held == [(given.clone(), "given".to_owned())],
+                "holders: {held:?}"
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    // So the container's nvidia-smi lists its process on that GPU, and a dashboard's series
+    // of the pod carries the same GPU (both read the document through the exporter).
+    let process = format!("{given}, ");
+    let series = format!("UUID=\"{given}\"");
+    eventually(
+        "nvidia-smi and the exporter name the pod's GPU",
+        CONVERGE,
+        || async {
+            let apps = kubectl(&[
+                "exec",
+                "-n",
+                namespace,
+                "given",
+                "--",
+                "nvidia-smi",
+                "--query-compute-apps=gpu_uuid,process_name",
+                "--format=csv,noheader",
+            ])?;
+            let metrics = fakegpu_e2e::http_get(EXPORTER, "/metrics")?;
+            let of_pod: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.contains("pod=\"given\""))
+                .collect();
+            let smi_ok = apps.lines().any(|line| line.starts_with(&process));
+            let metrics_ok = !of_pod.is_empty() && of_pod.iter().all(|l| l.contains(&series));
+            ensure!(
+                smi_ok && metrics_ok,
+                "nvidia-smi: {apps:?}; the exporter's series of the pod: {of_pod:?}"
+            );
+            Ok(Some(()))
+        },
+    )
+    .await
 }
 
 /// A ResourceClaimTemplate for one GPU whose claims carry `parameters` as opaque
