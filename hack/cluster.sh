@@ -98,7 +98,20 @@ issue_cert() { # <name> <subject> [<subjectAltName>]
 
 pki() {
   [[ -f $dir/pki/admin.crt ]] || new_pki
+  apiserver_cert
   kubelet_client_cert
+}
+
+# The API server's names: the in-cluster ones, loopback, and the address of hack/node.sh's
+# bridge (10.88.0.1), where that node's pods reach the API server through its forwarder.
+apiserver_sans="DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.0.0.1,IP:10.88.0.1"
+
+# Issues the serving certificate, and again for a cluster created before its last name was
+# added (read at the API server's next start).
+apiserver_cert() {
+  if ! openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q 'IP Address:10.88.0.1'; then
+    issue_cert apiserver "/CN=kube-apiserver" "$apiserver_sans"
+  fi
 }
 
 new_pki() {
@@ -106,8 +119,6 @@ new_pki() {
   mkdir -p "$dir/pki"
   openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -subj "/CN=fakegpu-local-ca" \
     -keyout "$dir/pki/ca.key" -out "$dir/pki/ca.crt" 2>/dev/null
-  issue_cert apiserver "/CN=kube-apiserver" \
-    "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.0.0.1"
   issue_cert admin "/O=system:masters/CN=admin"
   openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$dir/pki/sa.key" -pubout -out "$dir/pki/sa.pub" 2>/dev/null

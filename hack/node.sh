@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real kubelet node in the local cluster of hack/cluster.sh: kubelet (built from the same
 # Kubernetes modules as the control plane), containerd 2 (from the Go module proxy), Debian's
-# runc and CNI plugins, and a pause image built here. All traffic stays on loopback.
+# runc and CNI plugins, and a pause image built here. All traffic stays on this machine: the
+# kubelet on loopback, pods on the node's own bridge, which routes nowhere else.
 #
 #   hack/node.sh up        build what is missing, start containerd and the kubelet, wait for Ready
 #   hack/node.sh down      delete the node's pods, stop everything, undo what they did to the host
@@ -36,6 +37,12 @@ containerd_sock=$node_run/containerd.sock
 cni_network=fakegpu
 cni_bridge=fakegpu0
 cni_subnet=10.88.0.0/24
+# The bridge's own address, the pods' gateway. Pods reach the API server and the exporter
+# (which listen on the host's loopback only) here, through hack/forward; hack/cluster.sh's
+# serving certificate names it.
+bridge_ip=10.88.0.1
+# Where the bundle's exporter listens on the host (hack/local-overlay), and pods reach it.
+exporter_port=19400
 # Host directories the node's pods write into (CDI specs, nvidia-smi, CNI leases): `down`
 # removes what was put there, and the directory itself when `up` created it.
 host_dirs=(/var/run/cdi /var/lib/fakegpu /var/lib/cni)
@@ -93,6 +100,13 @@ build() {
   fi
   if [[ ! -f $bin/busybox.tar || /bin/busybox -nt $bin/busybox.tar ]]; then
     local_image busybox "$busybox_ref" 0:0 fill_busybox /bin/sh
+  fi
+  local forward_stamp
+  forward_stamp=$(cat "$repo"/hack/forward/go.mod "$repo"/hack/forward/*.go | sha256sum | cut -c1-16)
+  if [[ ! -x $bin/forward || $(cat "$bin/forward.stamp" 2>/dev/null) != "$forward_stamp" ]]; then
+    log "building the bridge forwarder (hack/forward)"
+    CGO_ENABLED=0 go build -C "$repo/hack/forward" -trimpath -ldflags='-s -w' -o "$bin/forward" .
+    echo "$forward_stamp" >"$bin/forward.stamp"
   fi
   if [[ -x /usr/bin/prometheus && ( ! -f $bin/prometheus.tar || /usr/bin/prometheus -nt $bin/prometheus.tar ) ]]; then
     local_image prometheus "$prometheus_ref" 65534:65534 fill_prometheus /bin/prometheus
@@ -317,6 +331,7 @@ up() {
   certificates
   configure
   mkdir -p "$node_lib" "$node_run"
+  bridge_network
   start containerd "$bin/containerd/containerd" --config "$state/containerd.toml"
   wait_for containerd 30 ctr_ version
   ctr_ images import "$bin/pause.tar" >/dev/null
@@ -332,6 +347,22 @@ up() {
     -p '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"'"$node"'"}]}}' >/dev/null
   wait_for "node $node" 120 node_ready
   log "node $node Ready in $((SECONDS - start))s (kubelet, containerd $containerd_version, runc, CNI bridge $cni_bridge)"
+}
+
+# The pods' bridge, made before any pod (the CNI plugin would make it with the first one, and
+# takes it as it finds it), and the forwarder that lets pods on it reach the API server and
+# the exporter on the host's loopback. Nothing routes the bridge anywhere else.
+bridge_network() {
+  local server port
+  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  port=${server##*:}
+  openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$bridge_ip" ||
+    die "the API server's certificate does not name $bridge_ip: restart the cluster (hack/cluster.sh down; hack/cluster.sh up)"
+  ip link show "$cni_bridge" >/dev/null 2>&1 || ip link add "$cni_bridge" type bridge
+  ip addr replace "$bridge_ip/${cni_subnet#*/}" dev "$cni_bridge"
+  ip link set "$cni_bridge" up
+  start forward "$bin/forward" "$bridge_ip:$port=127.0.0.1:$port" \
+    "$bridge_ip:$exporter_port=127.0.0.1:$exporter_port"
 }
 
 # --- the install bundle, in-cluster ---------------------------------------------------------
@@ -355,7 +386,7 @@ resources:
 configMapGenerator:
 - name: local-apiserver
   namespace: fakegpu-system
-  literals: [port=$port]
+  literals: [host=$bridge_ip, port=$port, exporter-url=http://$bridge_ip:$exporter_port]
 generatorOptions: {disableNameSuffixHash: true}
 EOF
   # The install owns what it applies, over any hand edit (a test scaling the operator).
@@ -474,6 +505,7 @@ down() {
   pkill -KILL -f "containerd-shim-runc-v2 .*$containerd_sock" 2>/dev/null || true
   sleep 0.5
   unmount_under "$kubelet_root" "$node_lib" "$node_run"
+  stop forward
   ip link delete "$cni_bridge" 2>/dev/null || true
   remove_iptables_chains
   remove_nft_tables
@@ -511,7 +543,7 @@ snapshot() {
     if [[ -e $d ]]; then find "$d" -maxdepth 2 | sort; fi
   done
   echo "# processes"
-  pgrep -a -f "$bin/(kubelet|containerd)|containerd-shim-runc-v2 .*$containerd_sock" | awk '{print $2}' | sort || true
+  pgrep -a -f "$bin/(kubelet|containerd|forward)|containerd-shim-runc-v2 .*$containerd_sock" | awk '{print $2}' | sort || true
 }
 
 case ${1:-} in

@@ -1,0 +1,3 @@
+module fakegpu.dev/hack/forward
+
+go 1.26.0
