@@ -121,14 +121,12 @@ hack/node.sh bundle
 real_node=$(hack/node.sh name)
 $kubectl label node "$real_node" --overwrite run.ai/simulated-gpu-node-pool=default >/dev/null
 $kubectl wait node "$real_node" --timeout=90s --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=2 >/dev/null
-# Host network: this local cluster has no cluster DNS, and nvidia-smi asks the exporter.
 $kubectl apply -n demo -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
 metadata: {name: real-gpu-pod}
 spec:
   runtimeClassName: nvidia
-  hostNetwork: true
   nodeSelector: {kubernetes.io/hostname: $real_node}
   containers:
   - name: main
