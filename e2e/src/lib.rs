@@ -516,7 +516,13 @@ pub fn operator_address() -> String {
 /// status.
 pub fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
     let output = Command::new("curl")
-        .args(["-sf", &format!("http://{address}{path}")])
+        // An address nobody answers must not hang a poll.
+        .args([
+            "-sf",
+            "--max-time",
+            "10",
+            &format!("http://{address}{path}"),
+        ])
         .output()?;
     if !output.status.success() {
         bail!("GET {address}{path} failed: {:?}", output.status);

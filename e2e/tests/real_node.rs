@@ -174,8 +174,8 @@ async fn run_on_real_node(
     Ok(logs)
 }
 
-/// A pod on the real node running `script` in hack/node.sh's busybox image. Host network: the
-/// local cluster has no Service routing, and nvidia-smi asks the exporter on loopback.
+/// A pod on the real node running `script` in hack/node.sh's busybox image, on the node's pod
+/// network (nvidia-smi there asks the exporter through the node's bridge).
 async fn create_real_pod(
     client: &Client,
     namespace: &str,
@@ -189,7 +189,6 @@ async fn create_real_pod(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": real_node()},
-            "hostNetwork": true,
             "restartPolicy": "Never",
             // busybox's sleep as PID 1 ignores SIGTERM: do not wait 30 s for it.
             "terminationGracePeriodSeconds": 1,
@@ -1236,10 +1235,23 @@ async fn claim_configurations(client: &Client, pool: &str, namespace: &str) -> a
     Ok(())
 }
 
-/// Where the in-cluster Prometheus of the test below listens (host network, loopback).
-const PROMETHEUS: &str = "127.0.0.1:19090";
-/// Where the bundle's exporter listens on the real node (hack/local-overlay).
+/// Where the bundle's exporter listens on the real node's loopback (hack/local-overlay), for
+/// the test itself; pods reach it at [`exporter_for_pods`].
 const EXPORTER: &str = "127.0.0.1:19400";
+
+/// Where pods reach the bundle's exporter (host:port): the address hack/node.sh bundle gives
+/// the node agents for nvidia-smi, on the node's bridge.
+async fn exporter_for_pods(client: &Client) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let local = Api::<ConfigMap>::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE)
+        .get("local-apiserver")
+        .await?;
+    let url = local
+        .data
+        .and_then(|d| d.get("exporter-url").cloned())
+        .context("ConfigMap local-apiserver has no exporter-url")?;
+    Ok(url.trim_start_matches("http://").to_owned())
+}
 
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
@@ -1257,10 +1269,11 @@ async fn prometheus_scrape(client: &Client, pool: &str, namespace: &str) -> anyh
     let node = real_node();
     node_uuids(client, &node, pool).await?;
     advertised(client, &node, "nvidia.com/gpu", "2").await?;
+    let exporter = exporter_for_pods(client).await?;
     let config: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "prometheus", "namespace": namespace},
         "data": {"prometheus.yml": format!(
-            "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: fakegpu\n  static_configs:\n  - targets: ['{EXPORTER}']\n")},
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: fakegpu\n  static_configs:\n  - targets: ['{exporter}']\n")},
     }))?;
     Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &config)
@@ -1269,12 +1282,11 @@ async fn prometheus_scrape(client: &Client, pool: &str, namespace: &str) -> anyh
         "metadata": {"name": "prometheus", "namespace": namespace},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
-            "hostNetwork": true,
             "containers": [{"name": "prometheus", "image": "fakegpu.local/prometheus:v1",
                 "imagePullPolicy": "Never",
                 "args": ["--config.file=/etc/prometheus/prometheus.yml",
                     "--storage.tsdb.path=/prometheus",
-                    format!("--web.listen-address={PROMETHEUS}")],
+                    "--web.listen-address=0.0.0.0:9090"],
                 "volumeMounts": [{"name": "config", "mountPath": "/etc/prometheus"}]}],
             "volumes": [{"name": "config", "configMap": {"name": "prometheus"}}],
         },
@@ -1305,12 +1317,19 @@ async fn prometheus_scrape(client: &Client, pool: &str, namespace: &str) -> anyh
             _ => format!("%{b:02X}"),
         })
         .collect();
+    // On the pod network: the test reaches it at its pod address, through the node's bridge.
+    let prometheus = eventually("Prometheus's pod address", CONVERGE, || async {
+        let pod = pods.get("prometheus").await?;
+        Ok(pod.status.and_then(|s| s.pod_ip))
+    })
+    .await?;
+    let prometheus = format!("{prometheus}:9090");
     eventually(
         "Prometheus in the cluster has the busy pod's GPU at 40 %",
         CONVERGE,
         || async {
             let body =
-                fakegpu_e2e::http_get(PROMETHEUS, &format!("/api/v1/query?query={encoded}"))?;
+                fakegpu_e2e::http_get(&prometheus, &format!("/api/v1/query?query={encoded}"))?;
             let answer: serde_json::Value = serde_json::from_str(&body)?;
             let value = answer["data"]["result"][0]["value"][1]
                 .as_str()
@@ -1327,33 +1346,55 @@ fn leads(address: &str) -> Option<bool> {
     fakegpu_e2e::metric_value(&metrics, "fakegpu_operator_leader").map(|v| v == 1.0)
 }
 
+/// The bundle's operator pods that run, by name, with their `fakegpu_operator_leader`
+/// (`None`: not answering yet), read at their pod addresses on port 8080.
+async fn operator_replicas(client: &Client) -> anyhow::Result<Vec<(String, Option<bool>)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=fakegpu-operator"))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let ip = p.status?.pod_ip?;
+            Some((p.metadata.name?, leads(&format!("{ip}:8080"))))
+        })
+        .collect())
+}
+
+/// Waits until the operator runs `replicas` pods, exactly one of them leading and every other
+/// answering as standing by; returns the leader's name.
+async fn one_leader(client: &Client, replicas: usize) -> anyhow::Result<String> {
+    eventually(
+        &format!("{replicas} operator replicas, one leading"),
+        Duration::from_secs(120),
+        || async {
+            let seen = operator_replicas(client).await?;
+            let leaders: Vec<&String> = seen
+                .iter()
+                .filter(|(_, leads)| *leads == Some(true))
+                .map(|(name, _)| name)
+                .collect();
+            let standing_by = seen.iter().filter(|(_, l)| *l == Some(false)).count();
+            ensure!(
+                seen.len() == replicas && leaders.len() == 1 && standing_by == replicas - 1,
+                "replicas and leadership: {seen:?}"
+            );
+            Ok(Some(leaders[0].clone()))
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
-async fn a_second_in_cluster_replica_stands_by_and_takes_over() -> anyhow::Result<()> {
+async fn two_operator_replicas_elect_one_leader_and_fail_over() -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
     let client = admin_client().await?;
     let deployments: Api<Deployment> =
         Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
-    // The bundle's Deployment again under another name: on the host network of one node, two
-    // replicas of one Deployment would want the same port.
-    let mut standby = serde_json::to_value(deployments.get("fakegpu-operator").await?)?;
-    standby["metadata"] = json!({"name": "fakegpu-operator-standby",
-        "namespace": fakegpu_e2e::OPERATOR_NAMESPACE,
-        "labels": {"app.kubernetes.io/name": "fakegpu-operator-standby"}});
-    standby["spec"]["selector"] =
-        json!({"matchLabels": {"app.kubernetes.io/name": "fakegpu-operator-standby"}});
-    standby["spec"]["template"]["metadata"]["labels"] =
-        json!({"app.kubernetes.io/name": "fakegpu-operator-standby"});
-    standby["status"] = json!(null);
-    let container = &mut standby["spec"]["template"]["spec"]["containers"][0];
-    container["ports"][0]["containerPort"] = json!(19084);
-    for variable in container["env"].as_array_mut().into_iter().flatten() {
-        if variable["name"] == "FAKEGPU_HTTP_ADDR" {
-            variable["value"] = json!("127.0.0.1:19084");
-        }
-    }
-    let standby: Deployment = serde_json::from_value(standby)?;
-    deployments.create(&PostParams::default(), &standby).await?;
     let scale = |replicas: i32| {
         let deployments = deployments.clone();
         async move {
@@ -1367,40 +1408,33 @@ async fn a_second_in_cluster_replica_stands_by_and_takes_over() -> anyhow::Resul
         }
     };
     let result = async {
-        let (first, second) = ("127.0.0.1:19080", "127.0.0.1:19084");
-        eventually(
-            "the second replica ready and standing by",
-            CONVERGE,
-            || async {
-                Ok((leads(first) == Some(true) && leads(second) == Some(false)).then_some(()))
-            },
-        )
-        .await?;
-        // The leader goes away: the replica standing by takes the lease over.
-        scale(0).await?;
-        eventually("the second replica leads", CONVERGE, || async {
-            Ok((leads(second) == Some(true)).then_some(()))
+        scale(2).await?;
+        // Both Ready (the probes pass for a replica standing by), one lease holder.
+        let leader = one_leader(&client, 2).await?;
+        eventually("both replicas Ready", CONVERGE, || async {
+            let ready = deployments
+                .get("fakegpu-operator")
+                .await?
+                .status
+                .and_then(|s| s.ready_replicas);
+            Ok((ready == Some(2)).then_some(()))
         })
         .await?;
-        // The first comes back and stands by.
-        scale(1).await?;
-        eventually("the first back, standing by", CONVERGE, || async {
-            Ok((leads(first) == Some(false) && leads(second) == Some(true)).then_some(()))
-        })
-        .await
+        // The leader's pod goes: the one standing by takes the lease over, and the
+        // Deployment's new pod stands by.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+        pods.delete(&leader, &Default::default()).await?;
+        let successor = one_leader(&client, 2).await?;
+        ensure!(
+            successor != leader,
+            "{leader} still leads after its pod was deleted"
+        );
+        anyhow::Ok(())
     }
     .await;
     let restored = scale(1).await;
-    let _ = deployments
-        .delete("fakegpu-operator-standby", &Default::default())
-        .await;
-    let first_again = eventually(
-        "the bundle's operator leads again",
-        Duration::from_secs(120),
-        || async { Ok((leads("127.0.0.1:19080") == Some(true)).then_some(())) },
-    )
-    .await;
+    let alone = one_leader(&client, 1).await;
     result
         .and(restored.map(drop).map_err(Into::into))
-        .and(first_again)
+        .and(alone.map(drop))
 }
