@@ -20,6 +20,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
 bin=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}
+# shellcheck source=hack/lib/proc.sh
+source "$repo/hack/lib/proc.sh"
+proc_run_dir=$dir/run
+proc_log_dir=$dir/logs
 etcd_port=${FAKEGPU_ETCD_PORT:-2379}
 etcd_peer_port=${FAKEGPU_ETCD_PEER_PORT:-2380}
 apiserver_port=${FAKEGPU_APISERVER_PORT:-6443}
@@ -145,33 +149,11 @@ kubeconfig() {
 
 # --- processes ---------------------------------------------------------------------------------
 
-pid_of() { cat "$dir/run/$1.pid" 2>/dev/null || true; }
-
-running() { local pid; pid=$(pid_of "$1"); [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; }
-
 start() { # <name> <binary> <args...>
   local name=$1 binary=$2
   shift 2
-  running "$name" && { log "$name already runs (pid $(pid_of "$name"))"; return; }
-  mkdir -p "$dir/run" "$dir/logs"
-  # A session of its own: a crashed test harness does not take the cluster down, and `down`
-  # can signal exactly this process.
-  setsid "$bin/$binary" "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$dir/run/$name.pid"
-}
-
-wait_for() { # <what> <timeout seconds> <command...>; <what> is also the component, if one
-  local what=$1 timeout=$2
-  local deadline=$((SECONDS + timeout))
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    if [[ -f $dir/run/$what.pid ]] && ! running "$what"; then
-      tail -n 5 "$dir/logs/$what.log" >&2 || true
-      die "$what exited; see $dir/logs/$what.log"
-    fi
-    ((SECONDS < deadline)) || die "$what not ready after ${timeout}s; see $dir/logs/"
-    sleep 0.5
-  done
+  proc_running "$name" && { log "$name already runs (pid $(proc_pid "$name"))"; return; }
+  proc_start "$name" "$bin/$binary" "$@"
 }
 
 admin_curl() {
@@ -188,7 +170,7 @@ start_etcd() {
     --initial-cluster="fakegpu=http://127.0.0.1:$etcd_peer_port" \
     --unsafe-no-fsync --auto-compaction-retention=1 --quota-backend-bytes=8589934592 \
     --listen-metrics-urls="http://127.0.0.1:$((etcd_port + 2))"
-  wait_for etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
+  proc_wait_for etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
 }
 
 start_apiserver() {
@@ -221,7 +203,7 @@ EOF
     --allow-privileged=true \
     --audit-policy-file="$audit_policy" --audit-log-path="$dir/logs/audit.log" \
     --audit-log-maxsize=200 --audit-log-maxbackup=1
-  wait_for kube-apiserver 120 admin_curl "https://127.0.0.1:$apiserver_port/readyz"
+  proc_wait_for kube-apiserver 120 admin_curl "https://127.0.0.1:$apiserver_port/readyz"
 }
 
 start_controllers() {
@@ -235,8 +217,8 @@ start_controllers() {
   start kube-scheduler kube-scheduler \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
     --bind-address=127.0.0.1 --secure-port="$scheduler_port" --leader-elect=false
-  wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$kcm_port/healthz"
-  wait_for kube-scheduler 60 curl -skf "https://127.0.0.1:$scheduler_port/healthz"
+  proc_wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$kcm_port/healthz"
+  proc_wait_for kube-scheduler 60 curl -skf "https://127.0.0.1:$scheduler_port/healthz"
 }
 
 start_kwok() {
@@ -244,7 +226,7 @@ start_kwok() {
   start kwok kwok --kubeconfig="$dir/admin.kubeconfig" --config="$dir/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --server-address="127.0.0.1:$kwok_port" --node-ip=127.0.0.1 --node-lease-duration-seconds=40
-  wait_for kwok 60 curl -sf "http://127.0.0.1:$kwok_port/healthz"
+  proc_wait_for kwok 60 curl -sf "http://127.0.0.1:$kwok_port/healthz"
 }
 
 # A KWOK-managed node the way KWOK's examples make them: annotation, `type=kwok` label, and a
@@ -286,7 +268,7 @@ node_ready() {
 
 smoke_node() {
   add_node "$smoke_node"
-  wait_for "KWOK node $smoke_node" 60 node_ready "$smoke_node"
+  proc_wait_for "KWOK node $smoke_node" 60 node_ready "$smoke_node"
 }
 
 up() {
@@ -300,25 +282,16 @@ up() {
   start_controllers
   start_kwok
   # The serviceaccount controller creates `default` in each namespace; pods need it.
-  wait_for "default ServiceAccount" 60 k get serviceaccount default -n default
+  proc_wait_for "default ServiceAccount" 60 k get serviceaccount default -n default
   smoke_node
   log "control plane ready in $((SECONDS - start))s (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)"
   env_line
 }
 
 down() {
-  local i pid
-  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
-    pid=$(pid_of "${components[i]}")
-    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
-  done
-  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
-    pid=$(pid_of "${components[i]}")
-    [[ -z $pid ]] && continue
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$dir/run/${components[i]}.pid"
-  done
+  local i stopping=()
+  for ((i = ${#components[@]} - 1; i >= 0; i--)); do stopping+=("${components[i]}"); done
+  proc_stop "${stopping[@]}"
   # The cluster is throwaway: the next `up` starts from an empty etcd.
   rm -rf "$dir/etcd"
   log "stopped"
@@ -329,7 +302,7 @@ env_line() { echo "export KUBECONFIG=$dir/admin.kubeconfig"; }
 status() {
   local c
   for c in "${components[@]}"; do
-    if running "$c"; then echo "$c: running (pid $(pid_of "$c"))"; else echo "$c: stopped"; fi
+    if proc_running "$c"; then echo "$c: running (pid $(proc_pid "$c"))"; else echo "$c: stopped"; fi
   done
 }
 
@@ -343,7 +316,7 @@ case ${1:-} in
     [[ $# -ge 2 ]] || die "usage: $0 add-node NAME [key=value ...]"
     shift
     add_node "$@"
-    wait_for "KWOK node $1" 60 node_ready "$1"
+    proc_wait_for "KWOK node $1" 60 node_ready "$1"
     ;;
   cert)
     [[ $# -ge 3 ]] || die "usage: $0 cert NAME SUBJECT [SAN]"

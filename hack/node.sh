@@ -24,6 +24,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib/oci.sh
 source "$repo/hack/lib/oci.sh"
+# shellcheck source=hack/lib/proc.sh
+source "$repo/hack/lib/proc.sh"
 dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
 bin=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}
 node=${FAKEGPU_NODE_NAME:-fakegpu-node-0}
@@ -54,6 +56,8 @@ busybox_ref=fakegpu.local/busybox:v1
 # Prometheus for in-cluster scrapes of the exporter: Debian's binary and the libc it links.
 prometheus_ref=fakegpu.local/prometheus:v1
 state=$dir/node
+proc_run_dir=$state
+proc_log_dir=$dir/logs
 
 log() { printf '[node] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -256,37 +260,12 @@ EOF
 
 # --- processes -------------------------------------------------------------------------------
 
-pid_of() { cat "$state/$1.pid" 2>/dev/null || true; }
-running() { local pid; pid=$(pid_of "$1"); [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; }
-
+# PATH first: containerd starts the shim it finds there, and the shim finds runc by config.
 start() { # <name> <command...>
   local name=$1
   shift
-  running "$name" && return
-  mkdir -p "$dir/logs"
-  # PATH first: containerd starts the shim it finds there, and the shim finds runc by config.
-  PATH=$bin/containerd:$PATH setsid "$@" >>"$dir/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$state/$name.pid"
-}
-
-stop() { # <name>
-  local pid
-  pid=$(pid_of "$1")
-  [[ -n $pid ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$state/$1.pid"
-}
-
-wait_for() { # <what> <seconds> <command...>
-  local what=$1 timeout=$2
-  local deadline=$((SECONDS + timeout))
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "$what not ready after ${timeout}s; see $dir/logs/"
-    sleep 0.5
-  done
+  proc_running "$name" && return
+  proc_start "$name" env "PATH=$bin/containerd:$PATH" "$@"
 }
 
 node_ready() {
@@ -313,10 +292,10 @@ start_kubelet() {
 kubelet_healthy() { curl -sf http://127.0.0.1:10248/healthz; }
 
 restart_kubelet() {
-  running kubelet || die "the node is not up: run $0 up"
-  stop kubelet
+  proc_running kubelet || die "the node is not up: run $0 up"
+  proc_stop kubelet
   start_kubelet
-  wait_for kubelet 60 kubelet_healthy
+  proc_wait_for kubelet 60 kubelet_healthy
   log "kubelet restarted"
 }
 
@@ -333,19 +312,19 @@ up() {
   mkdir -p "$node_lib" "$node_run"
   bridge_network
   start containerd "$bin/containerd/containerd" --config "$state/containerd.toml"
-  wait_for containerd 30 ctr_ version
+  proc_wait_for containerd 30 ctr_ version
   ctr_ images import "$bin/pause.tar" >/dev/null
   ctr_ images label "$pause_ref" io.cri-containerd.pinned=pinned >/dev/null
   ctr_ images import "$bin/busybox.tar" >/dev/null
   if [[ -f $bin/prometheus.tar ]]; then ctr_ images import "$bin/prometheus.tar" >/dev/null; fi
   start_kubelet
-  wait_for "node $node" 120 k get node "$node"
+  proc_wait_for "node $node" 120 k get node "$node"
   # The kubelet refuses a loopback address in the node's status ("nodeIP can't be loopback
   # address", logged at every status update) and so publishes none; the API server needs one
   # to reach it for `kubectl logs/exec`. Set as KWOK sets its nodes' addresses.
   k patch node "$node" --subresource=status --type=merge \
     -p '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"'"$node"'"}]}}' >/dev/null
-  wait_for "node $node" 120 node_ready
+  proc_wait_for "node $node" 120 node_ready
   log "node $node Ready in $((SECONDS - start))s (kubelet, containerd $containerd_version, runc, CNI bridge $cni_bridge)"
 }
 
@@ -369,7 +348,7 @@ bridge_network() {
 
 bundle() {
   local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port
-  running containerd || die "the node is not up: run $0 up"
+  proc_running containerd || die "the node is not up: run $0 up"
   for archive in "$images"/fakegpu-*.tar; do
     [[ -f $archive ]] || die "no image archives in $images: run hack/images.sh"
     ctr_ images import "$archive" >/dev/null
@@ -403,7 +382,7 @@ EOF
 # unprepare. DaemonSet pods come back until the kubelet stops; what is left is removed below.
 delete_pods() {
   k get node "$node" >/dev/null 2>&1 || return 0
-  running kubelet || return 0
+  proc_running kubelet || return 0
   k cordon "$node" >/dev/null 2>&1 || true
   k delete pods -A --field-selector "spec.nodeName=$node" --wait=false >/dev/null 2>&1 || true
   local deadline=$((SECONDS + 60))
@@ -419,7 +398,7 @@ delete_pods() {
 
 # Whatever containers remain (the kubelet is gone): killed, removed, their snapshots with them.
 remove_containers() {
-  [[ -S $containerd_sock ]] && running containerd || return 0
+  [[ -S $containerd_sock ]] && proc_running containerd || return 0
   local id
   for id in $(ctr_ tasks ls -q 2>/dev/null); do
     ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
@@ -498,14 +477,14 @@ down() {
   # kubelet otherwise.
   [[ -f $state/owns-kubelet-root ]] || { log "no node of hack/node.sh here"; return 0; }
   delete_pods
-  stop kubelet
+  proc_stop kubelet
   remove_containers
-  stop containerd
+  proc_stop containerd
   # Shims outlive containerd by design; these are ours (their address names our socket).
   pkill -KILL -f "containerd-shim-runc-v2 .*$containerd_sock" 2>/dev/null || true
   sleep 0.5
   unmount_under "$kubelet_root" "$node_lib" "$node_run"
-  stop forward
+  proc_stop forward
   ip link delete "$cni_bridge" 2>/dev/null || true
   remove_iptables_chains
   remove_nft_tables

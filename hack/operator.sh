@@ -24,7 +24,10 @@ kubectl=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}/kubectl
 namespace=fakegpu-system
 account=fakegpu-operator
 instance=${FAKEGPU_OPERATOR_INSTANCE:-operator}
-pidfile=$dir/run/$instance.pid
+# shellcheck source=hack/lib/proc.sh
+source "$repo/hack/lib/proc.sh"
+proc_run_dir=$dir/run
+proc_log_dir=$dir/logs
 http_addr=${FAKEGPU_HTTP_ADDR:-127.0.0.1:18080}
 wait_for_leader=${FAKEGPU_WAIT_FOR_LEADER:-true}
 # The binary `restart` runs (the scale benchmark points it at a release build).
@@ -65,15 +68,11 @@ EOF
 }
 
 stop() {
-  local pid
-  pid=$(cat "$pidfile" 2>/dev/null || true)
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
+  if proc_running "$instance"; then
+    proc_stop "$instance"
     log "stopped"
   fi
-  rm -f "$pidfile"
+  rm -f "$proc_run_dir/$instance.pid"
 }
 
 start() {
@@ -85,12 +84,10 @@ start() {
 launch() {
   [[ -x $binary ]] || die "$binary is not built yet: run $0 start"
   stop
-  mkdir -p "$dir/run" "$dir/logs"
-  local kc logfile=$dir/logs/$instance.log
+  local kc logfile=$proc_log_dir/$instance.log
   kc=$(service_account_kubeconfig)
-  KUBECONFIG=$kc FAKEGPU_NAMESPACE=$namespace FAKEGPU_HTTP_ADDR=$http_addr RUST_LOG=${RUST_LOG:-info,kube=warn} NO_COLOR=1 \
-    FAKEGPU_IDENTITY=$instance-$$ setsid "$binary" >>"$logfile" 2>&1 </dev/null &
-  echo $! >"$pidfile"
+  proc_start "$instance" env KUBECONFIG="$kc" FAKEGPU_NAMESPACE="$namespace" FAKEGPU_HTTP_ADDR="$http_addr" \
+    RUST_LOG="${RUST_LOG:-info,kube=warn}" NO_COLOR=1 FAKEGPU_IDENTITY="$instance-$$" "$binary"
   for _ in $(seq 1 300); do
     if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1 &&
       { [[ $wait_for_leader != true ]] ||
@@ -98,7 +95,7 @@ launch() {
       log "$instance running as $namespace/$account, http://$http_addr/metrics (log: $logfile)"
       return
     fi
-    kill -0 "$(cat "$pidfile")" 2>/dev/null || { tail -n 5 "$logfile" >&2; die "operator exited"; }
+    proc_running "$instance" || { tail -n 5 "$logfile" >&2; die "operator exited"; }
     sleep 0.2
   done
   die "operator did not become ready; see $logfile"
