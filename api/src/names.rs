@@ -399,6 +399,15 @@ pub mod kubelet_devices {
     pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 }
 
+/// fakegpu's NVML library (`libnvidia-ml.so.1`, crate `nvml`), which NVIDIA's own components
+/// load in place of the driver's.
+pub mod nvml {
+    /// Environment variable with the path of the topology document the library answers from.
+    pub const TOPOLOGY_ENV: &str = "FAKEGPU_NVML_TOPOLOGY";
+    /// Where the library looks without [`TOPOLOGY_ENV`]: the document in a fakegpu driver root.
+    pub const DEFAULT_TOPOLOGY: &str = "/var/lib/fakegpu/driver/topology.yml";
+}
+
 /// Environment a container given GPUs sees, set by the device plugin's Allocate and by the DRA
 /// plugin's CDI specs, and read by the fake nvidia-smi inside the container.
 pub mod container_env {

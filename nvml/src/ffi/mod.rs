@@ -1,0 +1,532 @@
+//! The C ABI of NVML (`nvml.h`): the one place of this crate with unsafe code. Each function
+//! checks its pointers, takes its answer from the [`Machine`] of the loaded document and copies
+//! it out; the contracts are NVML's, as its header documents them.
+#![allow(unsafe_code, clippy::missing_safety_doc)]
+
+mod not_supported;
+
+use std::{
+    ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void},
+    sync::Mutex,
+};
+
+use crate::{
+    machine::{Device, Machine, MigInstance},
+    source,
+};
+
+/// `nvmlReturn_t`.
+pub type Return = c_uint;
+pub const SUCCESS: Return = 0;
+pub const ERROR_UNINITIALIZED: Return = 1;
+pub const ERROR_INVALID_ARGUMENT: Return = 2;
+pub const ERROR_NOT_SUPPORTED: Return = 3;
+pub const ERROR_NOT_FOUND: Return = 6;
+pub const ERROR_INSUFFICIENT_SIZE: Return = 7;
+pub const ERROR_DRIVER_NOT_LOADED: Return = 9;
+pub const ERROR_UNKNOWN: Return = 999;
+
+/// `nvmlDevice_t`: the address of a [`Device`] or [`MigInstance`] of the loaded machine.
+pub type DeviceHandle = *const c_void;
+
+/// `nvmlMemory_t`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Memory {
+    pub total: c_ulonglong,
+    pub free: c_ulonglong,
+    pub used: c_ulonglong,
+}
+
+/// `nvmlPciInfo_t`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct PciInfo {
+    pub bus_id_legacy: [c_char; 16],
+    pub domain: c_uint,
+    pub bus: c_uint,
+    pub device: c_uint,
+    pub pci_device_id: c_uint,
+    pub pci_sub_system_id: c_uint,
+    pub bus_id: [c_char; 32],
+}
+
+/// NVML is reference counted: each init takes a reference, each shutdown gives one back, and
+/// the machine is read again on the first init after the last shutdown. Machines are leaked, so
+/// that a handle kept across a shutdown points at memory that stays valid (it is refused).
+struct State {
+    references: u32,
+    machine: Option<&'static Machine>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    references: 0,
+    machine: None,
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn init() -> Return {
+    let mut state = state();
+    if state.references == 0 {
+        match source::load() {
+            Ok(machine) => state.machine = Some(Box::leak(Box::new(machine))),
+            Err(source::LoadError::Missing(_)) => return ERROR_DRIVER_NOT_LOADED,
+            Err(_) => return ERROR_UNKNOWN,
+        }
+    }
+    state.references += 1;
+    SUCCESS
+}
+
+/// The loaded machine, if NVML is initialised.
+fn machine() -> Result<&'static Machine, Return> {
+    let state = state();
+    match (state.references, state.machine) {
+        (1.., Some(machine)) => Ok(machine),
+        _ => Err(ERROR_UNINITIALIZED),
+    }
+}
+
+/// What a handle names.
+enum Handle {
+    Gpu(&'static Device),
+    Mig(&'static Device, &'static MigInstance),
+}
+
+fn resolve(handle: DeviceHandle) -> Result<Handle, Return> {
+    let machine = machine()?;
+    for device in &machine.devices {
+        if std::ptr::eq(handle, (device as *const Device).cast()) {
+            return Ok(Handle::Gpu(device));
+        }
+        for mig in &device.mig_devices {
+            if std::ptr::eq(handle, (mig as *const MigInstance).cast()) {
+                return Ok(Handle::Mig(device, mig));
+            }
+        }
+    }
+    Err(ERROR_INVALID_ARGUMENT)
+}
+
+fn gpu(handle: DeviceHandle) -> Result<&'static Device, Return> {
+    match resolve(handle)? {
+        Handle::Gpu(device) => Ok(device),
+        Handle::Mig(..) => Err(ERROR_NOT_SUPPORTED),
+    }
+}
+
+fn handle_of<T>(item: &'static T) -> DeviceHandle {
+    (item as *const T).cast()
+}
+
+/// Writes `value` to `out`.
+unsafe fn put<T>(out: *mut T, value: T) -> Return {
+    if out.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    unsafe { out.write(value) };
+    SUCCESS
+}
+
+/// Copies `text` and its terminating NUL into the `length` bytes at `out`.
+unsafe fn put_str(out: *mut c_char, length: c_uint, text: &str) -> Return {
+    if out.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    if text.len() + 1 > length as usize {
+        return ERROR_INSUFFICIENT_SIZE;
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), out, text.len());
+        out.add(text.len()).write(0);
+    }
+    SUCCESS
+}
+
+/// A C string argument, if it is one.
+unsafe fn arg_str<'a>(text: *const c_char) -> Option<&'a str> {
+    if text.is_null() {
+        return None;
+    }
+    unsafe { CStr::from_ptr(text) }.to_str().ok()
+}
+
+/// `fixed`, NUL-padded, as a C char array.
+fn c_array<const N: usize>(text: &str) -> [c_char; N] {
+    let mut array = [0 as c_char; N];
+    for (slot, byte) in array.iter_mut().zip(text.bytes().take(N - 1)) {
+        *slot = byte as c_char;
+    }
+    array
+}
+
+fn answer(result: Result<Return, Return>) -> Return {
+    result.unwrap_or_else(|error| error)
+}
+
+// --- initialisation and errors ---------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInit() -> Return {
+    init()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInit_v2() -> Return {
+    init()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> Return {
+    init()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlShutdown() -> Return {
+    let mut state = state();
+    if state.references == 0 {
+        return ERROR_UNINITIALIZED;
+    }
+    state.references -= 1;
+    if state.references == 0 {
+        state.machine = None;
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlErrorString(result: Return) -> *const c_char {
+    let text: &'static CStr = match result {
+        SUCCESS => c"Success",
+        ERROR_UNINITIALIZED => c"Uninitialized",
+        ERROR_INVALID_ARGUMENT => c"Invalid Argument",
+        ERROR_NOT_SUPPORTED => c"Not Supported",
+        ERROR_NOT_FOUND => c"Not Found",
+        ERROR_INSUFFICIENT_SIZE => c"Insufficient Size",
+        ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        _ => c"Unknown Error",
+    };
+    text.as_ptr()
+}
+
+// --- system ----------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(out: *mut c_char, length: c_uint) -> Return {
+    answer(machine().map(|m| unsafe { put_str(out, length, &m.driver_version) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(out: *mut c_char, length: c_uint) -> Return {
+    answer(machine().map(|m| unsafe { put_str(out, length, &m.nvml_version) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(out: *mut c_int) -> Return {
+    answer(machine().map(|m| unsafe { put(out, m.cuda_driver_version) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(out: *mut c_int) -> Return {
+    unsafe { nvmlSystemGetCudaDriverVersion(out) }
+}
+
+// --- enumeration -----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCount(out: *mut c_uint) -> Return {
+    answer(machine().map(|m| unsafe { put(out, m.devices.len() as c_uint) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(out: *mut c_uint) -> Return {
+    unsafe { nvmlDeviceGetCount(out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
+    index: c_uint,
+    out: *mut DeviceHandle,
+) -> Return {
+    answer(machine().and_then(|m| {
+        let device = m
+            .devices
+            .get(index as usize)
+            .ok_or(ERROR_INVALID_ARGUMENT)?;
+        Ok(unsafe { put(out, handle_of(device)) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    out: *mut DeviceHandle,
+) -> Return {
+    unsafe { nvmlDeviceGetHandleByIndex(index, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    out: *mut DeviceHandle,
+) -> Return {
+    answer(machine().and_then(|m| {
+        let uuid = unsafe { arg_str(uuid) }.ok_or(ERROR_INVALID_ARGUMENT)?;
+        let handle = m.devices.iter().find_map(|d| {
+            if d.uuid == uuid {
+                return Some(handle_of(d));
+            }
+            d.mig_devices.iter().find(|i| i.uuid == uuid).map(handle_of)
+        });
+        Ok(unsafe { put(out, handle.ok_or(ERROR_NOT_FOUND)?) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    bus_id: *const c_char,
+    out: *mut DeviceHandle,
+) -> Return {
+    answer(machine().and_then(|m| {
+        let bus_id = unsafe { arg_str(bus_id) }.ok_or(ERROR_INVALID_ARGUMENT)?;
+        let device = m
+            .devices
+            .iter()
+            .find(|d| {
+                d.pci.bus_id.eq_ignore_ascii_case(bus_id)
+                    || d.pci.bus_id_legacy.eq_ignore_ascii_case(bus_id)
+            })
+            .ok_or(ERROR_NOT_FOUND)?;
+        Ok(unsafe { put(out, handle_of(device)) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
+    bus_id: *const c_char,
+    out: *mut DeviceHandle,
+) -> Return {
+    unsafe { nvmlDeviceGetHandleByPciBusId_v2(bus_id, out) }
+}
+
+// --- identity --------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    handle: DeviceHandle,
+    out: *mut c_char,
+    length: c_uint,
+) -> Return {
+    answer(resolve(handle).map(|h| {
+        let name = match h {
+            Handle::Gpu(d) => &d.name,
+            Handle::Mig(_, i) => &i.name,
+        };
+        unsafe { put_str(out, length, name) }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    handle: DeviceHandle,
+    out: *mut c_char,
+    length: c_uint,
+) -> Return {
+    answer(resolve(handle).map(|h| {
+        let uuid = match h {
+            Handle::Gpu(d) => &d.uuid,
+            Handle::Mig(_, i) => &i.uuid,
+        };
+        unsafe { put_str(out, length, uuid) }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(handle: DeviceHandle, out: *mut c_uint) -> Return {
+    answer(gpu(handle).map(|d| unsafe { put(out, d.index) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
+    handle: DeviceHandle,
+    out: *mut c_uint,
+) -> Return {
+    answer(gpu(handle).map(|d| unsafe { put(out, d.minor) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBrand(handle: DeviceHandle, out: *mut c_uint) -> Return {
+    answer(gpu(handle).map(|d| unsafe { put(out, d.brand) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
+    handle: DeviceHandle,
+    out: *mut c_uint,
+) -> Return {
+    answer(gpu(handle).map(|d| unsafe { put(out, d.architecture) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    handle: DeviceHandle,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> Return {
+    answer(gpu(handle).map(|d| {
+        if major.is_null() || minor.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        unsafe {
+            put(major, d.compute_capability.0);
+            put(minor, d.compute_capability.1)
+        }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: DeviceHandle, out: *mut Memory) -> Return {
+    answer(resolve(handle).map(|h| {
+        let total = match h {
+            Handle::Gpu(d) => d.memory_bytes,
+            Handle::Mig(_, i) => i.memory_bytes,
+        };
+        unsafe {
+            put(
+                out,
+                Memory {
+                    total,
+                    free: total,
+                    used: 0,
+                },
+            )
+        }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
+    handle: DeviceHandle,
+    out: *mut PciInfo,
+) -> Return {
+    answer(gpu(handle).map(|d| {
+        let info = PciInfo {
+            bus_id_legacy: c_array(&d.pci.bus_id_legacy),
+            domain: d.pci.domain,
+            bus: d.pci.bus,
+            device: d.pci.device,
+            pci_device_id: d.pci.pci_device_id,
+            pci_sub_system_id: 0,
+            bus_id: c_array(&d.pci.bus_id),
+        };
+        unsafe { put(out, info) }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
+    handle: DeviceHandle,
+    out: *mut PciInfo,
+) -> Return {
+    unsafe { nvmlDeviceGetPciInfo_v3(handle, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo(handle: DeviceHandle, out: *mut PciInfo) -> Return {
+    unsafe { nvmlDeviceGetPciInfo_v3(handle, out) }
+}
+
+// --- MIG -------------------------------------------------------------------------------------
+
+/// MIG instances an A100/H100-class GPU holds at most.
+const MAX_MIG_DEVICES: c_uint = 7;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    handle: DeviceHandle,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> Return {
+    answer(gpu(handle).map(|d| {
+        if current.is_null() || pending.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let mode = c_uint::from(d.mig_enabled);
+        unsafe {
+            put(current, mode);
+            put(pending, mode)
+        }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    handle: DeviceHandle,
+    out: *mut c_uint,
+) -> Return {
+    answer(gpu(handle).map(|d| {
+        let count = if d.mig_enabled { MAX_MIG_DEVICES } else { 0 };
+        unsafe { put(out, count) }
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    handle: DeviceHandle,
+    index: c_uint,
+    out: *mut DeviceHandle,
+) -> Return {
+    answer(gpu(handle).and_then(|d| {
+        if !d.mig_enabled {
+            return Err(ERROR_NOT_SUPPORTED);
+        }
+        let instance = d.mig_devices.get(index as usize).ok_or(ERROR_NOT_FOUND)?;
+        Ok(unsafe { put(out, handle_of(instance)) })
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
+    handle: DeviceHandle,
+    out: *mut c_uint,
+) -> Return {
+    answer(resolve(handle).map(|h| unsafe { put(out, c_uint::from(matches!(h, Handle::Mig(..)))) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    handle: DeviceHandle,
+    out: *mut DeviceHandle,
+) -> Return {
+    answer(resolve(handle).and_then(|h| match h {
+        Handle::Mig(parent, _) => Ok(unsafe { put(out, handle_of(parent)) }),
+        Handle::Gpu(_) => Err(ERROR_INVALID_ARGUMENT),
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
+    handle: DeviceHandle,
+    out: *mut c_uint,
+) -> Return {
+    answer(resolve(handle).and_then(|h| match h {
+        Handle::Mig(_, i) => Ok(unsafe { put(out, i.gpu_instance_id) }),
+        Handle::Gpu(_) => Err(ERROR_NOT_SUPPORTED),
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
+    handle: DeviceHandle,
+    out: *mut c_uint,
+) -> Return {
+    answer(resolve(handle).and_then(|h| match h {
+        Handle::Mig(_, i) => Ok(unsafe { put(out, i.compute_instance_id) }),
+        Handle::Gpu(_) => Err(ERROR_NOT_SUPPORTED),
+    }))
+}

@@ -1,0 +1,329 @@
+//! What NVML reports, computed from a node's topology document: pure, no FFI. The FFI layer
+//! ([`crate::ffi`]) only copies these values into the caller's buffers.
+
+use fakegpu_api::topology::{GpuTopology, MigDevice, NodeTopology};
+
+/// `nvmlBrandType_t` values.
+pub mod brand {
+    pub const UNKNOWN: u32 = 0;
+    pub const TESLA: u32 = 2;
+    pub const NVIDIA: u32 = 14;
+}
+
+/// `nvmlDeviceArchitecture_t` values.
+pub mod architecture {
+    pub const VOLTA: u32 = 5;
+    pub const TURING: u32 = 6;
+    pub const AMPERE: u32 = 7;
+    pub const ADA: u32 = 8;
+    pub const HOPPER: u32 = 9;
+    pub const BLACKWELL: u32 = 10;
+    pub const UNKNOWN: u32 = 0xffff_ffff;
+}
+
+/// NVIDIA's PCI vendor ID, the low half of `pciDeviceId`.
+const NVIDIA_VENDOR: u32 = 0x10de;
+
+/// The GPUs of one machine as NVML lists them, and the system-wide values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// `550.163.01`.
+    pub driver_version: String,
+    /// `12.550.163.01`: NVML's own version is the CUDA major and the driver version.
+    pub nvml_version: String,
+    /// `12040` for CUDA 12.4, as `nvmlSystemGetCudaDriverVersion` encodes it.
+    pub cuda_driver_version: i32,
+    pub devices: Vec<Device>,
+}
+
+/// A whole GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// NVML's index: the position among the listed GPUs.
+    pub index: u32,
+    /// `/dev/nvidia<minor>`: the GPU's index on the node.
+    pub minor: u32,
+    pub name: String,
+    pub uuid: String,
+    pub memory_bytes: u64,
+    pub pci: Pci,
+    pub compute_capability: (i32, i32),
+    pub brand: u32,
+    pub architecture: u32,
+    /// MIG mode on (the document partitions the GPU) and its instances.
+    pub mig_enabled: bool,
+    pub mig_devices: Vec<MigInstance>,
+}
+
+/// A MIG instance (a "MIG device handle" in NVML).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigInstance {
+    pub uuid: String,
+    /// NVML names a MIG device after its GPU and profile: `NVIDIA A100-SXM4-80GB MIG 1g.10gb`.
+    pub name: String,
+    pub gpu_instance_id: u32,
+    /// One compute instance per GPU instance, the whole of it: ID 0.
+    pub compute_instance_id: u32,
+    pub memory_bytes: u64,
+}
+
+/// A GPU's PCI identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pci {
+    /// `00000000:01:00.0` (NVML's 8-digit domain).
+    pub bus_id: String,
+    /// `0000:01:00.0`.
+    pub bus_id_legacy: String,
+    pub domain: u32,
+    pub bus: u32,
+    pub device: u32,
+    /// Device ID (high 16 bits) and vendor ID (low 16 bits).
+    pub pci_device_id: u32,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl Machine {
+    /// The GPUs of `document` that `visible` lets this process see (see [`Visible`]), in
+    /// index order, numbered from 0 as NVML numbers what it sees.
+    pub fn of(document: &NodeTopology, visible: &Visible) -> Self {
+        let mut gpus: Vec<&GpuTopology> = document
+            .gpus
+            .iter()
+            .filter(|gpu| visible.shows(gpu))
+            .collect();
+        gpus.sort_by_key(|gpu| gpu.index);
+        let devices = gpus
+            .into_iter()
+            .zip(0..)
+            .map(|(gpu, index)| device(document, gpu, index))
+            .collect();
+        let cuda_major = document
+            .cuda_version
+            .split('.')
+            .next()
+            .and_then(|major| major.parse::<i32>().ok())
+            .unwrap_or(0);
+        Self {
+            driver_version: document.driver_version.clone(),
+            nvml_version: format!("{cuda_major}.{}", document.driver_version),
+            cuda_driver_version: cuda_driver_version(&document.cuda_version),
+            devices,
+        }
+    }
+}
+
+fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
+    let mig_devices = gpu
+        .mig_devices
+        .iter()
+        .map(|mig| mig_instance(&document.gpu_product, mig))
+        .collect();
+    Device {
+        index,
+        minor: gpu.index,
+        name: document.gpu_product.clone(),
+        uuid: gpu.id.clone(),
+        memory_bytes: document.gpu_memory * MIB,
+        pci: pci(&gpu.pci_bus_id),
+        compute_capability: compute_capability(&document.compute_capability),
+        brand: brand_of(&document.brand),
+        architecture: architecture_of(&document.architecture),
+        mig_enabled: !gpu.mig_devices.is_empty(),
+        mig_devices,
+    }
+}
+
+fn mig_instance(product: &str, mig: &MigDevice) -> MigInstance {
+    MigInstance {
+        uuid: mig.uuid.clone(),
+        name: format!("{product} MIG {}", mig.profile),
+        gpu_instance_id: mig.gpu_instance_id(),
+        compute_instance_id: 0,
+        memory_bytes: mig.memory * MIB,
+    }
+}
+
+/// `12.4` -> 12040: major * 1000 + minor * 10.
+pub fn cuda_driver_version(text: &str) -> i32 {
+    let mut parts = text.split('.').map(|p| p.parse::<i32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    major * 1000 + minor * 10
+}
+
+/// `9.0` -> (9, 0); unknown -> (0, 0).
+fn compute_capability(text: &str) -> (i32, i32) {
+    let mut parts = text.split('.').map(|p| p.parse::<i32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor),
+        _ => (0, 0),
+    }
+}
+
+/// go-nvlib's brand names back to NVML's values.
+fn brand_of(name: &str) -> u32 {
+    match name {
+        "Tesla" => brand::TESLA,
+        "Nvidia" | "NVIDIA" => brand::NVIDIA,
+        _ => brand::UNKNOWN,
+    }
+}
+
+/// go-nvlib's architecture names back to NVML's values.
+fn architecture_of(name: &str) -> u32 {
+    match name {
+        "Volta" => architecture::VOLTA,
+        "Turing" => architecture::TURING,
+        "Ampere" => architecture::AMPERE,
+        "Ada Lovelace" => architecture::ADA,
+        "Hopper" => architecture::HOPPER,
+        "Blackwell" => architecture::BLACKWELL,
+        _ => architecture::UNKNOWN,
+    }
+}
+
+/// A document's `0000:01:00.0` as NVML reports it.
+fn pci(bus_id: &str) -> Pci {
+    let hex = |text: &str| u32::from_str_radix(text, 16).unwrap_or(0);
+    let (domain, rest) = bus_id.split_once(':').unwrap_or(("0", bus_id));
+    let (bus, rest) = rest.split_once(':').unwrap_or(("0", rest));
+    let device = rest.split('.').next().unwrap_or("0");
+    let (domain, bus, device) = (hex(domain), hex(bus), hex(device));
+    Pci {
+        bus_id: format!("{domain:08X}:{bus:02X}:{device:02X}.0"),
+        bus_id_legacy: format!("{domain:04X}:{bus:02X}:{device:02X}.0"),
+        domain,
+        bus,
+        device,
+        pci_device_id: NVIDIA_VENDOR,
+    }
+}
+
+/// Which GPUs a process sees: `NVIDIA_VISIBLE_DEVICES` as the container runtime applies it
+/// (a container is given the device nodes of these GPUs only). Unset, empty or `all`: every
+/// GPU; `none` or `void`: none; otherwise a comma-separated list of UUIDs (of GPUs or of MIG
+/// instances, which show their parent GPU) or indices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Visible {
+    All,
+    Only(Vec<String>),
+}
+
+impl Visible {
+    pub fn parse(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            None | Some("" | "all") => Self::All,
+            Some("none" | "void") => Self::Only(Vec::new()),
+            Some(list) => Self::Only(
+                list.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+            ),
+        }
+    }
+
+    fn shows(&self, gpu: &GpuTopology) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(names) => names.iter().any(|name| {
+                *name == gpu.id
+                    || *name == gpu.index.to_string()
+                    || gpu.mig_devices.iter().any(|m| m.uuid == *name)
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_api::topology::MigDevice;
+
+    use super::*;
+
+    fn document() -> NodeTopology {
+        let gpu = |index: u32, bus: &str| GpuTopology {
+            id: format!("GPU-{index}"),
+            index,
+            pci_bus_id: format!("0000:{bus}:00.0"),
+            ..Default::default()
+        };
+        let mut partitioned = gpu(1, "0a");
+        partitioned.mig_devices = vec![MigDevice {
+            uuid: "MIG-a".into(),
+            profile: "3g.40gb".into(),
+            gi_profile_id: 2,
+            placement_start: 4,
+            memory_slices: 4,
+            compute_slices: 3,
+            memory: 40192,
+            ..Default::default()
+        }];
+        NodeTopology {
+            gpu_memory: 81920,
+            gpu_product: "NVIDIA A100-SXM4-80GB".into(),
+            driver_version: "550.163.01".into(),
+            cuda_version: "12.4".into(),
+            architecture: "Ampere".into(),
+            brand: "Nvidia".into(),
+            compute_capability: "8.0".into(),
+            gpus: vec![partitioned, gpu(0, "01")],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_document_reads_as_nvml_reports_a_machine() {
+        let machine = Machine::of(&document(), &Visible::All);
+        assert_eq!(machine.nvml_version, "12.550.163.01");
+        assert_eq!(machine.cuda_driver_version, 12040);
+        let [first, second] = machine.devices.as_slice() else {
+            unreachable!("two GPUs")
+        };
+        assert_eq!((first.index, first.uuid.as_str()), (0, "GPU-0"));
+        assert_eq!(first.memory_bytes, 81920 * MIB);
+        assert_eq!(first.pci.bus_id, "00000000:01:00.0");
+        assert_eq!(second.pci.bus_id_legacy, "0000:0A:00.0");
+        assert_eq!(second.pci.bus, 10);
+        assert_eq!(first.compute_capability, (8, 0));
+        assert_eq!((first.brand, first.architecture), (14, 7));
+        assert!(!first.mig_enabled && second.mig_enabled);
+        let mig = &second.mig_devices[0];
+        assert_eq!(mig.name, "NVIDIA A100-SXM4-80GB MIG 3g.40gb");
+        // A half-GPU instance at slice 4 is the driver's GI 2.
+        assert_eq!(mig.gpu_instance_id, 2);
+    }
+
+    #[test]
+    fn visible_devices_filter_and_renumber() {
+        let only = Visible::parse(Some("GPU-1"));
+        let machine = Machine::of(&document(), &only);
+        assert_eq!(machine.devices.len(), 1);
+        assert_eq!((machine.devices[0].index, machine.devices[0].minor), (0, 1));
+        let by_mig = Machine::of(&document(), &Visible::parse(Some("MIG-a")));
+        assert_eq!(by_mig.devices[0].uuid, "GPU-1");
+        assert!(
+            Machine::of(&document(), &Visible::parse(Some("none")))
+                .devices
+                .is_empty()
+        );
+        assert_eq!(Visible::parse(Some("all")), Visible::All);
+        assert_eq!(Visible::parse(None), Visible::All);
+        assert_eq!(
+            Machine::of(&document(), &Visible::parse(Some("0,1")))
+                .devices
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn unknown_values_read_as_nvml_s_unknowns() {
+        assert_eq!(cuda_driver_version("garbage"), 0);
+        assert_eq!(compute_capability(""), (0, 0));
+        assert_eq!(architecture_of("Rubin?"), architecture::UNKNOWN);
+        assert_eq!(brand_of(""), brand::UNKNOWN);
+        assert_eq!(pci("").bus_id, "00000000:00:00.0");
+    }
+}
