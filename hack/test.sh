@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, clippy, unit tests, then the e2e tests against a fresh local
-# control plane (hack/cluster.sh) that is stopped again afterwards, then the install path: the
-# images (hack/images.sh), a real kubelet node (hack/node.sh) with the bundle running
-# in-cluster, GPU pods in real containers, and a check that the node's teardown restored the
-# host. Exits non-zero on any failure.
+# The whole test suite: formatting, clippy, unit tests, fakegpu's NVML library through NVIDIA's
+# Go bindings, then the e2e tests against a fresh local control plane (hack/cluster.sh) that is
+# stopped again afterwards, then the install path: the images (hack/images.sh), a real kubelet
+# node (hack/node.sh) with the bundle running in-cluster, GPU pods in real containers, and a
+# check that the node's teardown restored the host. Exits non-zero on any failure.
 #
 # The real node needs Linux and root (hack/node.sh check says why not); where it cannot run,
 # FAKEGPU_SKIP_REAL_NODE=1 skips that phase, saying so, and nothing skips it silently.
@@ -24,6 +24,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "unit tests"
 cargo test --locked
+
+step "NVML library through NVIDIA's go-nvml and go-nvlib (hack/nvml-check)"
+cargo build --locked -p fakegpu-nvml
+# go-nvml's cgo prologue uses functions nvml.h marks deprecated; the warnings are noise here.
+FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so CGO_CFLAGS=-Wno-deprecated-declarations \
+  go -C hack/nvml-check test ./... -count=1 -v
 
 step "local control plane for e2e"
 export FAKEGPU_CLUSTER_DIR=$repo/.cache/cluster-test

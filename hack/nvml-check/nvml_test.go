@@ -1,0 +1,240 @@
+// fakegpu's libnvidia-ml.so.1 as NVIDIA's own Go bindings see it: go-nvml (what the device
+// plugin, GPU feature discovery and the DRA driver call NVML through) and go-nvlib (their
+// helpers) enumerate the GPUs and MIG instances of a topology document, and every value must
+// be the document's. hack/test.sh runs it with FAKEGPU_NVML_LIBRARY naming the built library.
+package nvmlcheck
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"gopkg.in/yaml.v3"
+)
+
+// The fields of a topology document (api/src/topology.rs) the library answers from.
+type document struct {
+	GpuMemory         uint64 `yaml:"gpuMemory"`
+	GpuProduct        string `yaml:"gpuProduct"`
+	DriverVersion     string `yaml:"driverVersion"`
+	CudaVersion       string `yaml:"cudaVersion"`
+	Architecture      string `yaml:"architecture"`
+	Brand             string `yaml:"brand"`
+	ComputeCapability string `yaml:"computeCapability"`
+	Gpus              []struct {
+		ID         string `yaml:"id"`
+		Index      int    `yaml:"index"`
+		PciBusID   string `yaml:"pciBusId"`
+		MigDevices []struct {
+			UUID           string `yaml:"uuid"`
+			Profile        string `yaml:"profile"`
+			PlacementStart int    `yaml:"placementStart"`
+			MemorySlices   int    `yaml:"memorySlices"`
+			Memory         uint64 `yaml:"memory"`
+		} `yaml:"migDevices"`
+	} `yaml:"gpus"`
+}
+
+const mib = 1024 * 1024
+
+func library(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("FAKEGPU_NVML_LIBRARY")
+	if path == "" {
+		t.Fatal("FAKEGPU_NVML_LIBRARY must name the built library (hack/test.sh sets it)")
+	}
+	return path
+}
+
+// session loads the library against the document at path, with NVIDIA_VISIBLE_DEVICES set
+// to visible (unset when empty), and shuts it down when the test ends.
+func session(t *testing.T, path, visible string) nvml.Interface {
+	t.Helper()
+	t.Setenv("FAKEGPU_NVML_TOPOLOGY", path)
+	if visible == "" {
+		os.Unsetenv("NVIDIA_VISIBLE_DEVICES")
+	} else {
+		t.Setenv("NVIDIA_VISIBLE_DEVICES", visible)
+	}
+	lib := nvml.New(nvml.WithLibraryPath(library(t)))
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		t.Fatalf("Init: %v", ret)
+	}
+	t.Cleanup(func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			t.Errorf("Shutdown: %v", ret)
+		}
+	})
+	return lib
+}
+
+func read(t *testing.T, path string) document {
+	t.Helper()
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc document
+	if err := yaml.Unmarshal(text, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return doc
+}
+
+func check[T comparable](t *testing.T, what string, got T, ret nvml.Return, want T) {
+	t.Helper()
+	if ret != nvml.SUCCESS {
+		t.Errorf("%s: %v", what, ret)
+	} else if got != want {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func cString(chars []int8) string {
+	var b strings.Builder
+	for _, c := range chars {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return b.String()
+}
+
+func documents(t *testing.T) []string {
+	t.Helper()
+	paths, err := filepath.Glob("../../nvml/tests/documents/*.yml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no documents under nvml/tests/documents: %v", err)
+	}
+	return paths
+}
+
+func TestEveryValueIsTheDocuments(t *testing.T) {
+	for _, path := range documents(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			doc := read(t, path)
+			lib := session(t, path, "")
+			version, ret := lib.SystemGetDriverVersion()
+			check(t, "driver version", version, ret, doc.DriverVersion)
+			cuda, ret := lib.SystemGetCudaDriverVersion()
+			var major, minor int
+			fmt.Sscanf(doc.CudaVersion, "%d.%d", &major, &minor)
+			check(t, "CUDA driver version", cuda, ret, major*1000+minor*10)
+			count, ret := lib.DeviceGetCount()
+			check(t, "device count", count, ret, len(doc.Gpus))
+			for i, gpu := range doc.Gpus {
+				dev, ret := lib.DeviceGetHandleByIndex(i)
+				if ret != nvml.SUCCESS {
+					t.Fatalf("handle %d: %v", i, ret)
+				}
+				name, ret := dev.GetName()
+				check(t, "name", name, ret, doc.GpuProduct)
+				uuid, ret := dev.GetUUID()
+				check(t, "UUID", uuid, ret, gpu.ID)
+				minorNumber, ret := dev.GetMinorNumber()
+				check(t, "minor", minorNumber, ret, gpu.Index)
+				memory, ret := dev.GetMemoryInfo()
+				check(t, "memory total", memory.Total, ret, doc.GpuMemory*mib)
+				pci, ret := dev.GetPciInfo()
+				check(t, "PCI bus ID", cString(pci.BusId[:]), ret, "0000"+strings.ToUpper(gpu.PciBusID))
+				check(t, "legacy PCI bus ID", cString(pci.BusIdLegacy[:]), ret, strings.ToUpper(gpu.PciBusID))
+				ccMajor, ccMinor, ret := dev.GetCudaComputeCapability()
+				check(t, "compute capability", fmt.Sprintf("%d.%d", ccMajor, ccMinor), ret, doc.ComputeCapability)
+				byUUID, ret := lib.DeviceGetHandleByUUID(gpu.ID)
+				check(t, "handle by UUID", byUUID, ret, dev)
+
+				// go-nvlib, as GFD and the DRA driver name what they find.
+				wrapped, err := device.New(lib).NewDevice(dev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				arch, err := wrapped.GetArchitectureAsString()
+				check(t, "architecture", arch, errReturn(err), doc.Architecture)
+				brand, err := wrapped.GetBrandAsString()
+				check(t, "brand", brand, errReturn(err), doc.Brand)
+				migEnabled, err := wrapped.IsMigEnabled()
+				check(t, "MIG enabled", migEnabled, errReturn(err), len(gpu.MigDevices) > 0)
+				migs, err := wrapped.GetMigDevices()
+				if err != nil || len(migs) != len(gpu.MigDevices) {
+					t.Fatalf("GPU %d: %d MIG devices (%v), want %d", i, len(migs), err, len(gpu.MigDevices))
+				}
+				for j, want := range gpu.MigDevices {
+					mig := migs[j]
+					uuid, ret := mig.GetUUID()
+					check(t, "MIG UUID", uuid, ret, want.UUID)
+					name, ret := mig.GetName()
+					check(t, "MIG name", name, ret, doc.GpuProduct+" MIG "+want.Profile)
+					memory, ret := mig.GetMemoryInfo()
+					check(t, "MIG memory", memory.Total, ret, want.Memory*mib)
+					// The driver numbers aligned runs of memory slices as a binary tree.
+					size := want.MemorySlices
+					gi, ret := mig.GetGpuInstanceId()
+					check(t, "GPU instance ID", gi, ret, 8/size-1+want.PlacementStart/size)
+					isMig, ret := mig.IsMigDeviceHandle()
+					check(t, "is a MIG handle", isMig, ret, true)
+					parent, ret := mig.GetDeviceHandleFromMigDeviceHandle()
+					check(t, "parent", parent, ret, dev)
+				}
+			}
+			if _, ret := lib.DeviceGetHandleByIndex(len(doc.Gpus)); ret != nvml.ERROR_INVALID_ARGUMENT {
+				t.Errorf("a handle past the last GPU: %v, want ERROR_INVALID_ARGUMENT", ret)
+			}
+		})
+	}
+}
+
+func errReturn(err error) nvml.Return {
+	if err != nil {
+		return nvml.ERROR_UNKNOWN
+	}
+	return nvml.SUCCESS
+}
+
+// A container sees the GPUs its NVIDIA_VISIBLE_DEVICES names, numbered from 0.
+func TestAContainerSeesItsGpusOnly(t *testing.T) {
+	path := "../../nvml/tests/documents/a100-mig.yml"
+	doc := read(t, path)
+	lib := session(t, path, doc.Gpus[1].MigDevices[0].UUID)
+	count, ret := lib.DeviceGetCount()
+	check(t, "device count", count, ret, 1)
+	dev, _ := lib.DeviceGetHandleByIndex(0)
+	uuid, ret := dev.GetUUID()
+	check(t, "UUID", uuid, ret, doc.Gpus[1].ID)
+	index, ret := dev.GetIndex()
+	check(t, "index", index, ret, 0)
+	minor, ret := dev.GetMinorNumber()
+	check(t, "minor", minor, ret, 1)
+}
+
+// Functions the library does not implement answer ERROR_NOT_SUPPORTED, and a machine without a
+// document reads as one without a driver.
+func TestWhatIsNotThere(t *testing.T) {
+	path := "../../nvml/tests/documents/h100.yml"
+	lib := session(t, path, "")
+	dev, _ := lib.DeviceGetHandleByIndex(0)
+	if _, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("temperature: %v, want ERROR_NOT_SUPPORTED", ret)
+	}
+	if _, ret := dev.GetGpuFabricInfo(); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("fabric info: %v, want ERROR_NOT_SUPPORTED", ret)
+	}
+	if _, ret := dev.GetGpuInstanceId(); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("GPU instance ID of a whole GPU: %v, want ERROR_NOT_SUPPORTED", ret)
+	}
+
+}
+
+// Without a document the library reads as a machine without a driver, and stays uninitialised.
+func TestNoDocumentIsNoDriver(t *testing.T) {
+	t.Setenv("FAKEGPU_NVML_TOPOLOGY", filepath.Join(t.TempDir(), "missing.yml"))
+	lib := nvml.New(nvml.WithLibraryPath(library(t)))
+	if ret := lib.Init(); ret != nvml.ERROR_DRIVER_NOT_LOADED {
+		t.Errorf("Init without a document: %v, want ERROR_DRIVER_NOT_LOADED", ret)
+		lib.Shutdown()
+	}
+}
