@@ -6,11 +6,14 @@
 #   hack/images.sh             build the binaries (release, x86_64-unknown-linux-musl) and the archives
 #   hack/images.sh archives    only (re)write the archives from binaries already built
 #   hack/images.sh refs        print the image references the bundle names
+#   hack/images.sh push REGISTRY   copy the archives to REGISTRY with skopeo, as
+#                              REGISTRY/fakegpu/<image>:<tag> (FAKEGPU_REGISTRY_TLS_VERIFY=false
+#                              for a plain-HTTP registry); prints reference and digest
 #
 # Loading them (see the README's install section):
 #   ctr -n k8s.io images import target/images/fakegpu-operator.tar
 #   kind load image-archive target/images/fakegpu-operator.tar
-#   skopeo copy oci-archive:target/images/fakegpu-operator.tar docker://REGISTRY/fakegpu-operator:vX.Y.Z
+#   hack/images.sh push registry.example.com
 #
 # Needs: rustup's x86_64-unknown-linux-musl target and Debian's musl-tools (ring's C code is
 # compiled with musl-gcc). The archives are reproducible: the same binaries give the same digests.
@@ -79,9 +82,28 @@ archives() {
   done
 }
 
+# Copies each archive to <registry>, keeping the bundle's path and tag (ghcr.io/fakegpu/x:v1 ->
+# <registry>/fakegpu/x:v1): a registry mirror for ghcr.io, or an `images:` override, then
+# serves the bundle unchanged. Layers go as they are (uncompressed; skopeo would gzip them by
+# default), so the pushed digest is the archive's and reproducible.
+push() { # <registry>
+  local registry=${1:?usage: $0 push REGISTRY} image ref dest
+  command -v skopeo >/dev/null || die "skopeo not found: apt-get install skopeo"
+  for image in "${images[@]}"; do
+    [[ -f $out/$image.tar ]] || die "$out/$image.tar is not written: run $0"
+    ref=$(ref_of "$image")
+    dest=$registry/${ref#*/}
+    skopeo copy --quiet --preserve-digests --dest-tls-verify="${FAKEGPU_REGISTRY_TLS_VERIFY:-true}" \
+      "oci-archive:$out/$image.tar" "docker://$dest" >&2
+    printf '%s\t%s\n' "$dest" "$(skopeo inspect --tls-verify="${FAKEGPU_REGISTRY_TLS_VERIFY:-true}" \
+      --format '{{.Digest}}' "docker://$dest")"
+  done
+}
+
 case ${1:-all} in
   all) build && archives ;;
   archives) archives ;;
   refs) for image in "${images[@]}"; do ref_of "$image"; done ;;
-  *) echo "usage: $0 [all|archives|refs]" >&2; exit 2 ;;
+  push) push "${2:-}" ;;
+  *) echo "usage: $0 [all|archives|refs|push REGISTRY]" >&2; exit 2 ;;
 esac

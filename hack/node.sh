@@ -6,9 +6,13 @@
 #
 #   hack/node.sh up        build what is missing, start containerd and the kubelet, wait for Ready
 #   hack/node.sh down      delete the node's pods, stop everything, undo what they did to the host
-#   hack/node.sh load TAR  import an OCI image archive into the node's containerd (hack/images.sh)
-#   hack/node.sh bundle    import hack/images.sh's archives and apply the install bundle through
-#                          hack/local-overlay: operator, exporter and node agents run in-cluster
+#   hack/node.sh load TAR  import an OCI image archive into the node's containerd as
+#                          `kind load image-archive` does (hack/images.sh)
+#   hack/node.sh bundle [--pull-from REGISTRY]
+#                          apply the install bundle through hack/local-overlay (operator,
+#                          exporter and node agents run in-cluster), with hack/images.sh's
+#                          archives loaded, or pulled by the kubelet from REGISTRY (plain HTTP)
+#                          as a mirror of the registry the bundle names
 #   hack/node.sh restart-kubelet   stop the kubelet and start it again (pods keep running)
 #   hack/node.sh name      print the node's name
 #   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
@@ -231,6 +235,8 @@ state = "$node_run/containerd"
   stream_server_port = "0"
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$state/certs.d"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$pause_ref"
 [plugins."io.containerd.cri.v1.runtime"]
@@ -346,13 +352,39 @@ bridge_network() {
 
 # --- the install bundle, in-cluster ---------------------------------------------------------
 
+# Imports an archive with the command `kind load image-archive` runs inside a kind node.
+load_archive() { # <archive>
+  ctr_ images import --all-platforms --digests --snapshotter=overlayfs - <"$1" >/dev/null
+}
+
+# Makes <registry> (plain HTTP) the mirror of every registry the bundle's images name, and
+# forgets those images, so that the kubelet pulls them as on a cluster without archives.
+pull_from() { # <registry>
+  local registry=$1 ref host
+  for ref in $("$repo/hack/images.sh" refs); do
+    host=${ref%%/*}
+    mkdir -p "$state/certs.d/$host"
+    cat >"$state/certs.d/$host/hosts.toml" <<EOF
+server = "https://$host"
+[host."http://$registry"]
+  capabilities = ["pull", "resolve"]
+EOF
+    ctr_ images rm "$ref" >/dev/null 2>&1 || true
+  done
+}
+
 bundle() {
   local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port
   proc_running containerd || die "the node is not up: run $0 up"
-  for archive in "$images"/fakegpu-*.tar; do
-    [[ -f $archive ]] || die "no image archives in $images: run hack/images.sh"
-    ctr_ images import "$archive" >/dev/null
-  done
+  if [[ ${1:-} == --pull-from ]]; then
+    [[ -n ${2:-} ]] || die "usage: $0 bundle [--pull-from REGISTRY]"
+    pull_from "$2"
+  else
+    for archive in "$images"/fakegpu-*.tar; do
+      [[ -f $archive ]] || die "no image archives in $images: run hack/images.sh"
+      load_archive "$archive"
+    done
+  fi
   port=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
   port=${port##*:}
   # The overlay plus the one value it cannot know: this cluster's API server port.
@@ -373,7 +405,7 @@ EOF
   k wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
   k -n fakegpu-system rollout status deployment/fakegpu-operator --timeout=180s >&2
   k -n fakegpu-system rollout status deployment/fakegpu-exporter --timeout=180s >&2
-  log "install bundle running in-cluster (hack/local-overlay)"
+  log "install bundle running in-cluster (hack/local-overlay; images ${2:+pulled from }${2:-loaded from $images})"
 }
 
 # --- teardown --------------------------------------------------------------------------------
@@ -531,9 +563,9 @@ case ${1:-} in
   load)
     [[ -n ${2:-} ]] || die "usage: $0 load ARCHIVE.tar..."
     shift
-    for archive in "$@"; do ctr_ images import "$archive" >/dev/null; done
+    for archive in "$@"; do load_archive "$archive"; done
     ;;
-  bundle) bundle ;;
+  bundle) shift; bundle "$@" ;;
   restart-kubelet) restart_kubelet ;;
   name) echo "$node" ;;
   snapshot) snapshot ;;

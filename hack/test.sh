@@ -42,7 +42,7 @@ rm -rf "$FAKEGPU_CLUSTER_DIR"
 # (everything else the suite starts keeps to its own directories and loopback ports).
 mkdir -p "$FAKEGPU_CLUSTER_DIR"
 hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
-trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
+trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/registry.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
 
 step "operator from the install bundle (its ServiceAccount, its RBAC)"
@@ -82,6 +82,15 @@ if command -v skopeo >/dev/null; then
   done
 fi
 
+step "images through a registry: skopeo copy to Debian's docker-registry on loopback"
+registry=$(hack/registry.sh up)
+archived=$(hack/images.sh archives | cut -f1,2 | sed 's|^[^/]*/|'"$registry"'/|')
+pushed=$(FAKEGPU_REGISTRY_TLS_VERIFY=false hack/images.sh push "$registry")
+[[ $pushed == "$archived" ]] ||
+  { printf 'pushed:\n%s\nthe archives:\n%s\n' "$pushed" "$archived" >&2; exit 1; }
+echo "the registry serves each image with its archive's digest:"
+echo "$pushed"
+
 if [[ ${FAKEGPU_SKIP_REAL_NODE:-} == 1 ]]; then
   step "real node: SKIPPED (FAKEGPU_SKIP_REAL_NODE=1)"
   exit 0
@@ -94,14 +103,20 @@ fi
 # The bundle's own operator takes over from the host process the KWOK phase ran.
 hack/operator.sh stop
 hack/node.sh up
-hack/node.sh bundle
+# The kubelet pulls the bundle's images through the registry (a mirror of the one the bundle
+# names), as on a cluster that has them in a registry.
+hack/node.sh bundle --pull-from "$registry"
 
 step "e2e tests on the real node, inside real containers"
 FAKEGPU_REAL_NODE=$(hack/node.sh name) \
   cargo test --locked -p fakegpu-e2e --test real_node -- --ignored --test-threads=1
 
+step "the archives load as kind loads them (ctr import --all-platforms --digests)"
+hack/node.sh load target/images/fakegpu-*.tar
+
 step "real node down: the host as it was"
 hack/node.sh down
+hack/registry.sh down
 hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-after.txt"
 if ! diff -u "$FAKEGPU_CLUSTER_DIR/host-before.txt" "$FAKEGPU_CLUSTER_DIR/host-after.txt"; then
   echo "hack/node.sh down left the host changed (above)" >&2
