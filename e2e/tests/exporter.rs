@@ -211,6 +211,39 @@ fn gpu_pod(name: &str, pool: &str, metadata: serde_json::Value) -> anyhow::Resul
 /// framebuffer fully used; an inference pod's GPU follows its revision's request rate (30/s ->
 /// 30 %); with Prometheus gone, the inference pod falls back to its range and the exporter
 /// says so.
+/// Ready only once the topology ConfigMaps are listed (a scrape before would miss nodes), and
+/// gone soon after SIGTERM, as the kubelet stops it (not after the grace period's SIGKILL).
+#[tokio::test]
+async fn the_exporter_is_ready_once_listed_and_stops_on_sigterm() -> anyhow::Result<()> {
+    let mut exporter = start_exporter("127.0.0.1:1")?;
+    let address = exporter.address.clone();
+    eventually(
+        "the exporter's /readyz ok",
+        Duration::from_secs(30),
+        || async {
+            Ok((http_get(&address, "/readyz").ok().as_deref() == Some("ok")).then_some(()))
+        },
+    )
+    .await?;
+    let pid = exporter.child.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status()?;
+    anyhow::ensure!(signalled.success(), "kill -TERM {pid}");
+    let status = eventually(
+        "the exporter gone after SIGTERM",
+        Duration::from_secs(10),
+        || {
+            let exited = exporter.child.try_wait();
+            async move { Ok(exited?) }
+        },
+    )
+    .await?;
+    anyhow::ensure!(
+        status.success(),
+        "the exporter exited with {status} on SIGTERM"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
     let (client, pool, node, namespace, cleanup) = kwok_scenario("dcgm").await?;

@@ -36,7 +36,7 @@ use fakegpu_exporter::{
     knative::{self, Knative},
     render,
 };
-use fakegpu_runtime::{env_or, exit, init_tracing};
+use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
 use tracing::{info, warn};
 
 #[derive(Debug)]
@@ -148,12 +148,29 @@ async fn run() -> anyhow::Result<()> {
         .route("/metrics", get(metrics))
         .route(&format!("{NODE_REPORT_PATH}{{node}}"), get(node_report))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .with_state(exporter.clone());
     let follow = exporter.documents.follow(client, &namespace);
     tokio::select! {
         result = axum::serve(listener, router).into_future() => result.context("the HTTP server stopped"),
         () = follow => anyhow::bail!("the topology watch ended"),
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        () = shutdown_signal() => {
+            info!("exporter stopping");
+            Ok(())
+        }
+    }
+}
+
+/// Ready once every topology document has been listed: before that, a scrape would miss nodes.
+async fn readyz(State(exporter): State<Arc<Exporter>>) -> Response {
+    if exporter.documents.listed() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "topology ConfigMaps not listed yet",
+        )
+            .into_response()
     }
 }
 
