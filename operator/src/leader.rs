@@ -55,6 +55,17 @@ enum Attempt {
     Following(String),
 }
 
+/// Why an attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// An API server that takes requests and never answers (a network partition, an overloaded
+    /// server) must not keep the holder believing it leads past the lease's expiry.
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
 fn now() -> MicroTime {
     MicroTime(Timestamp::now())
 }
@@ -72,7 +83,7 @@ impl LeaderElector {
     pub async fn acquire(&mut self) {
         let mut last_holder = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            match self.attempt(self.settings.retry_period).await {
                 Ok(Attempt::Leading) => {
                     info!(identity = %self.settings.identity, lease = %self.settings.name, "became leader");
                     return;
@@ -92,26 +103,28 @@ impl LeaderElector {
     /// Renews the lease until a renewal fails for longer than the lease lasts, or another
     /// candidate took it; returns then (leadership is lost).
     pub async fn hold(&mut self) {
+        // Stop before the lease could have expired, leaving a retry period's margin; no attempt
+        // may run past that point, however slowly the API server answers.
+        let deadline = self
+            .settings
+            .lease_duration
+            .saturating_sub(self.settings.retry_period);
         let mut last_renewal = Instant::now();
+        let left = |last_renewal: Instant| deadline.saturating_sub(last_renewal.elapsed());
         loop {
-            tokio::time::sleep(self.settings.retry_period).await;
-            match self.try_acquire_or_renew().await {
+            tokio::time::sleep(self.settings.retry_period.min(left(last_renewal))).await;
+            let left = left(last_renewal);
+            if left.is_zero() {
+                warn!("could not renew the lease in time: no longer leading");
+                return;
+            }
+            match self.attempt(left.min(self.settings.retry_period)).await {
                 Ok(Attempt::Leading) => last_renewal = Instant::now(),
                 Ok(Attempt::Following(holder)) => {
                     warn!(%holder, "lost the lease to another replica");
                     return;
                 }
-                Err(error) => {
-                    warn!(%error, "could not renew the lease");
-                    // Stop before the lease could have expired, leaving a retry period's margin.
-                    let deadline = self
-                        .settings
-                        .lease_duration
-                        .saturating_sub(self.settings.retry_period);
-                    if last_renewal.elapsed() >= deadline {
-                        return;
-                    }
-                }
+                Err(error) => warn!(%error, "could not renew the lease"),
             }
         }
     }
@@ -158,6 +171,15 @@ impl LeaderElector {
         self.observed
             .as_ref()
             .is_some_and(|o| o.since.elapsed() >= duration)
+    }
+
+    /// One attempt, given `limit` at most: the holder must learn in time that it could not
+    /// renew (see [`LeaderElector::hold`]).
+    async fn attempt(&mut self, limit: Duration) -> Result<Attempt, AttemptError> {
+        match tokio::time::timeout(limit, self.try_acquire_or_renew()).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(AttemptError::TimedOut(limit)),
+        }
     }
 
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
@@ -219,5 +241,61 @@ impl LeaderElector {
             )),
             Err(error) => Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API server that accepts connections and never answers: a partition, or a server too
+    /// busy to serve. Holds the connections until dropped.
+    async fn silent_api_server() -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| unreachable!("binding loopback: {e}"));
+        let address = format!(
+            "http://{}",
+            listener
+                .local_addr()
+                .unwrap_or_else(|e| unreachable!("{e}"))
+        );
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        (address, task)
+    }
+
+    #[tokio::test]
+    async fn a_holder_whose_renewals_hang_stops_leading_before_the_lease_expires() {
+        let (address, server) = silent_api_server().await;
+        let config = kube::Config::new(address.parse().unwrap_or_else(|e| unreachable!("{e}")));
+        let client = Client::try_from(config).unwrap_or_else(|e| unreachable!("{e}"));
+        let lease_duration = Duration::from_secs(3);
+        let mut elector = LeaderElector::new(
+            client,
+            LeaseSettings {
+                namespace: "ns".into(),
+                name: "lease".into(),
+                identity: "me".into(),
+                lease_duration,
+                retry_period: Duration::from_secs(1),
+            },
+        );
+        let started = tokio::time::Instant::now();
+        let stopped = tokio::time::timeout(Duration::from_secs(60), elector.hold()).await;
+        server.abort();
+        assert!(
+            stopped.is_ok(),
+            "hold() still leading after 60 s without a renewal"
+        );
+        let held = started.elapsed();
+        assert!(
+            held < lease_duration,
+            "led for {held:?} without renewing; another replica may take a lease after {lease_duration:?}"
+        );
     }
 }
