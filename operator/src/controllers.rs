@@ -250,6 +250,7 @@ pub async fn run(
         recent,
         claim_templates,
         reservations: features.reservations,
+        retries: Default::default(),
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())
@@ -448,14 +449,39 @@ pub(crate) fn measured<K, F, Fut>(
     reconcile: F,
 ) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::Result<Action>>
 where
-    K: Send + Sync + 'static,
+    K: kube::Resource + Send + Sync + 'static,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
     Fut: Future<Output = crate::Result<Action>> + Send + 'static,
 {
     move |object, ctx| {
         let metrics = ctx.metrics.clone();
-        Box::pin(async move { metrics.measure(controller, reconcile(object, ctx)).await })
+        let key = retry_key(object.as_ref());
+        Box::pin(async move {
+            let retries = ctx.clone();
+            let result = metrics.measure(controller, reconcile(object, ctx)).await;
+            if result.is_ok() {
+                retries.retries.succeeded(controller, &key);
+            }
+            result
+        })
     }
+}
+
+/// How [`crate::retry::Retries`] knows an object: `namespace/name`, or `name`.
+pub(crate) fn retry_key<K: kube::Resource>(object: &K) -> String {
+    match object.meta().namespace.as_deref() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    }
+}
+
+/// What an error policy answers: the next attempt after the object's backoff delay.
+pub(crate) fn retry_after_failure<K: kube::Resource>(
+    ctx: &Context,
+    controller: &'static str,
+    object: &K,
+) -> Action {
+    Action::requeue(ctx.retries.failed(controller, retry_key(object)))
 }
 
 /// Passes an object on only when `fingerprint` of it changed, it is seen for the first time,

@@ -24,6 +24,7 @@ pub mod pod_groups;
 pub mod pods;
 pub mod pool;
 pub mod recent;
+pub mod retry;
 #[cfg(test)]
 mod testing;
 pub mod tracking;
@@ -98,6 +99,8 @@ pub struct Context {
     pub pod_groups: pod_groups::PodGroups,
     /// ComputeDomains' ResourceClaimTemplates; `None` when the cluster serves no ComputeDomains.
     pub claim_templates: Option<Store<ResourceClaimTemplate>>,
+    /// Failures in a row per object, for the error policies' backoff (see [`retry`]).
+    pub retries: retry::Retries,
     /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
     pub reservations: tracking::ReservationNamespaces,
 }

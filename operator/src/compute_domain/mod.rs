@@ -5,7 +5,7 @@
 pub mod status;
 pub mod template;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use fakegpu_api::{
     compute_domain::{ComputeDomain, GROUP, PLURAL, VERSION},
@@ -96,7 +96,7 @@ fn reference(domain: &ComputeDomain) -> ObjectReference {
 pub fn error_policy(domain: Arc<ComputeDomain>, error: &crate::Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("compute-domain", error);
     warn!(domain = %domain.name_any(), %error, kind = error.metric_label(), "ComputeDomain reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    controllers::retry_after_failure(&ctx, "compute-domain", domain.as_ref())
 }
 
 /// The domain a claim made from a domain's template belongs to.

@@ -477,7 +477,7 @@ pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action
         .lock()
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    crate::controllers::retry_after_failure(&ctx, "node", node.as_ref())
 }
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.
