@@ -34,24 +34,60 @@ pub async fn follow(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let events = watcher(api, config).default_backoff();
     futures::pin_mut!(events);
+    let mut listing = None;
     loop {
         match events.try_next().await {
-            Ok(Some(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => {
-                if !apply(&sender, node, &cm) {
-                    metrics.topology_error();
-                }
-                metrics.topology(sender.borrow().as_deref());
-            }
-            Ok(Some(watcher::Event::Delete(_))) => {
-                info!(node, "topology ConfigMap deleted: no GPUs to serve");
-                sender.send_replace(None);
-                metrics.topology(None);
-            }
-            Ok(Some(watcher::Event::Init | watcher::Event::InitDone)) => {}
+            Ok(Some(event)) => take(&sender, node, event, &mut listing, &metrics),
             Ok(None) => return,
             Err(error) => warn!(node, %error, "watching the topology ConfigMap"),
         }
     }
+}
+
+/// One watch event. `listing` is `Some(found)` while a (re)list runs: a list without the
+/// ConfigMap means it was deleted while the watch was down (no Delete event comes then), and
+/// the node has no GPUs to serve any more.
+fn take(
+    sender: &watch::Sender<Option<Arc<NodeTopology>>>,
+    node: &str,
+    event: watcher::Event<ConfigMap>,
+    listing: &mut Option<bool>,
+    metrics: &Metrics,
+) {
+    match event {
+        watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) => {
+            if let Some(found) = listing.as_mut() {
+                *found = true;
+            }
+            if !apply(sender, node, &cm) {
+                metrics.topology_error();
+            }
+            metrics.topology(sender.borrow().as_deref());
+        }
+        watcher::Event::Delete(_) => forget(sender, node, metrics, "topology ConfigMap deleted"),
+        watcher::Event::Init => *listing = Some(false),
+        watcher::Event::InitDone => {
+            if listing.take() == Some(false) && sender.borrow().is_some() {
+                forget(
+                    sender,
+                    node,
+                    metrics,
+                    "topology ConfigMap gone while the watch was down",
+                );
+            }
+        }
+    }
+}
+
+fn forget(
+    sender: &watch::Sender<Option<Arc<NodeTopology>>>,
+    node: &str,
+    metrics: &Metrics,
+    why: &str,
+) {
+    info!(node, "{why}: no GPUs to serve");
+    sender.send_replace(None);
+    metrics.topology(None);
 }
 
 /// Takes one version of the ConfigMap; false when it was malformed (and ignored).
@@ -105,6 +141,41 @@ mod tests {
         ));
         assert_eq!(receiver.borrow().as_deref(), Some(&good));
         assert!(!apply(&sender, "n", &configmap("not: [valid")));
+        assert_eq!(receiver.borrow().as_deref(), Some(&good));
+    }
+
+    #[test]
+    fn a_relist_without_the_configmap_forgets_the_document() {
+        let metrics = Metrics::new(Vec::new()).expect("metrics");
+        let (sender, receiver) = watch::channel(None);
+        let good = NodeTopology {
+            version: fakegpu_api::topology::FORMAT_VERSION,
+            pool: "p".into(),
+            ..Default::default()
+        };
+        let document = configmap(&good.to_yaml().expect("yaml"));
+        let mut listing = None;
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(document.clone()),
+            watcher::Event::InitDone,
+        ] {
+            take(&sender, "n", event, &mut listing, &metrics);
+        }
+        assert_eq!(receiver.borrow().as_deref(), Some(&good));
+        // The watch was down while the ConfigMap was deleted: the relist finds nothing.
+        for event in [watcher::Event::Init, watcher::Event::InitDone] {
+            take(&sender, "n", event, &mut listing, &metrics);
+        }
+        assert_eq!(*receiver.borrow(), None);
+        // A relist that finds it again serves it again.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(document),
+            watcher::Event::InitDone,
+        ] {
+            take(&sender, "n", event, &mut listing, &metrics);
+        }
         assert_eq!(receiver.borrow().as_deref(), Some(&good));
     }
 }
