@@ -4,7 +4,8 @@
 # (The local control plane has no real node to run the operator's image on.)
 #
 #   hack/operator.sh install   kubectl apply -k config/ (namespace, CRDs, RBAC, Deployment)
-#   hack/operator.sh start     install, build, start in the background with a ServiceAccount token
+#   hack/operator.sh start     install, build, start in the background with a ServiceAccount token,
+#                              started again whenever it exits (as a Deployment's pod would be)
 #   hack/operator.sh restart   stop and start again with the binary already built (a full resync)
 #   hack/operator.sh stop      stop the operator that `start` started
 #   hack/operator.sh kubeconfig ACCOUNT  install, then print the path of a kubeconfig for one
@@ -86,8 +87,9 @@ launch() {
   stop
   local kc logfile=$proc_log_dir/$instance.log
   kc=$(service_account_kubeconfig)
-  proc_start "$instance" env KUBECONFIG="$kc" FAKEGPU_NAMESPACE="$namespace" FAKEGPU_HTTP_ADDR="$http_addr" \
-    RUST_LOG="${RUST_LOG:-info,kube=warn}" NO_COLOR=1 FAKEGPU_IDENTITY="$instance-$$" "$binary"
+  proc_start "$instance" "$0" supervise env KUBECONFIG="$kc" FAKEGPU_NAMESPACE="$namespace" \
+    FAKEGPU_HTTP_ADDR="$http_addr" RUST_LOG="${RUST_LOG:-info,kube=warn}" NO_COLOR=1 \
+    FAKEGPU_IDENTITY="$instance-$$" "$binary"
   for _ in $(seq 1 300); do
     if curl -sf "http://$http_addr/readyz" >/dev/null 2>&1 &&
       { [[ $wait_for_leader != true ]] ||
@@ -101,11 +103,26 @@ launch() {
   die "operator did not become ready; see $logfile"
 }
 
+# Runs <command> again whenever it exits, as the kubelet restarts a Deployment's container (a
+# replica that cannot renew its lease exits, for one), until SIGTERM, which it passes on.
+supervise() { # <command...>
+  local child="" status
+  trap 'if [[ -n $child ]]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 0' TERM INT
+  while true; do
+    "$@" &
+    child=$!
+    if wait "$child"; then status=0; else status=$?; fi
+    log "$instance exited with status $status; starting it again in 1 s"
+    sleep 1
+  done
+}
+
 case ${1:-} in
   install) install ;;
   start) start ;;
   restart) launch ;;
   stop) stop ;;
+  supervise) shift; supervise "$@" ;;
   kubeconfig) install && service_account_kubeconfig "${2:?which ServiceAccount}" ;;
   *) echo "usage: $0 {install|start|restart|stop|kubeconfig ACCOUNT}" >&2; exit 2 ;;
 esac

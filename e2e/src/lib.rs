@@ -368,6 +368,27 @@ pub async fn create_pool(
         .with_context(|| format!("creating GpuNodePool {name}"))
 }
 
+/// The state directory of the cluster under test (hack/cluster.sh): logs, pid files.
+pub fn cluster_dir() -> PathBuf {
+    std::env::var_os("FAKEGPU_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cache/cluster"))
+}
+
+/// Sends `signal` (`TERM`, `KILL`, `STOP`, `CONT`) to the process hack/cluster.sh or
+/// hack/operator.sh started as `name` (its pid file under [`cluster_dir`]), and to its process
+/// group (the scripts start each in a session of its own, so children go too).
+pub fn signal_process(name: &str, signal: &str) -> anyhow::Result<()> {
+    let pidfile = cluster_dir().join("run").join(format!("{name}.pid"));
+    let pid = std::fs::read_to_string(&pidfile)
+        .with_context(|| format!("reading {}", pidfile.display()))?;
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{}", pid.trim())])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{signal} -{}", pid.trim());
+    Ok(())
+}
+
 /// The namespace of the running operator's topology ConfigMaps (hack/operator.sh).
 pub const OPERATOR_NAMESPACE: &str = "fakegpu-system";
 
@@ -378,9 +399,7 @@ pub const OPERATOR_USER: &str = "system:serviceaccount:fakegpu-system:fakegpu-op
 /// records writes only), as `verb resource/name[/subresource]`, in order; leader-election
 /// lease renewals left out.
 pub fn operator_writes() -> anyhow::Result<Vec<String>> {
-    let dir = std::env::var_os("FAKEGPU_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".cache/cluster"));
+    let dir = cluster_dir();
     let text = std::fs::read_to_string(dir.join("logs/audit.log"))
         .context("reading the API server's audit log")?;
     let mut writes = Vec::new();

@@ -39,18 +39,11 @@ fn standby(command: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGKILL: no shutdown, no lease release.
+/// SIGKILL, to the replica and hack/operator.sh's supervisor that would start it again: no
+/// shutdown, no lease release.
 fn kill_standby() -> anyhow::Result<()> {
-    let dir = std::env::var_os("FAKEGPU_CLUSTER_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| fakegpu_e2e::repo_root().join(".cache/cluster"));
-    let pidfile = dir.join("run/standby.pid");
-    let pid = std::fs::read_to_string(&pidfile)?;
-    let status = std::process::Command::new("kill")
-        .args(["-KILL", pid.trim()])
-        .status()?;
-    ensure!(status.success(), "kill -KILL {pid}");
-    std::fs::remove_file(pidfile)?;
+    fakegpu_e2e::signal_process("standby", "KILL")?;
+    std::fs::remove_file(fakegpu_e2e::cluster_dir().join("run/standby.pid"))?;
     Ok(())
 }
 
