@@ -201,6 +201,13 @@ pub mod annotation {
     /// after reading it.
     pub const RESERVED_GPU: &str = "run.ai/reserve_for_gpu_index";
 
+    /// Pod annotation written by the operator: the UUIDs (comma-separated) of the GPUs or MIG
+    /// instances pod tracking gave the pod's `nvidia.com/gpu` / `nvidia.com/mig-*` request.
+    /// Read back as the pod's assignment, so that a lost or garbled topology ConfigMap, an
+    /// operator restart, or the node leaving and rejoining its pool moves no running pod to
+    /// another GPU. Users and tools may read it (`kubectl get pod -o yaml`).
+    pub const ASSIGNED_GPUS: &str = "fakegpu.dev/gpus";
+
     /// Pod annotation naming the pod's PodGroup (Run:ai, KAI scheduler); without a
     /// `workloadKind` label, the PodGroup's `spec.priorityClassName` tells the workload type.
     pub const POD_GROUP_NAME: &str = "pod-group-name";

@@ -107,6 +107,9 @@ pub struct GpuUser {
     /// Device IDs (GPU and MIG instance UUIDs) the node's kubelet gave the pod's extended
     /// resources, as its node agent reports them; empty on KWOK nodes and until reported.
     pub given: BTreeSet<String>,
+    /// What the operator recorded on the pod ([`annotation::ASSIGNED_GPUS`]) for its
+    /// extended resources: the assignment that survives the topology document.
+    pub recorded: BTreeSet<String>,
     pub sharing: Sharing,
     pub usage: PodGpuUsage,
 }
@@ -123,6 +126,20 @@ impl GpuUser {
     fn holds(&self, status: &GpuStatus) -> bool {
         status.allocated_by.namespace == self.namespace && status.allocated_by.pod == self.pod
     }
+}
+
+/// The UUIDs of the pod's [`annotation::ASSIGNED_GPUS`].
+pub fn recorded_gpus(pod: &Pod) -> BTreeSet<String> {
+    pod.annotations()
+        .get(annotation::ASSIGNED_GPUS)
+        .map(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|uuid| !uuid.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether a pod still holds what it was given: bound and not finished.
@@ -361,6 +378,7 @@ pub fn gpu_user(
         mig,
         claimed,
         given: BTreeSet::new(),
+        recorded: recorded_gpus(pod),
         sharing,
         usage: usage(pod, defaults, gpu_memory_mib),
     })
@@ -487,11 +505,17 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
         }
     }
     // What the kubelet gave a pod is what its container sees: first. Then each pod keeps
-    // what it held, as far as it is still free.
+    // what it was recorded on (its annotation outlives the document), then what the document
+    // says it held, as far as it is still free.
     let mut held: Vec<u32> = vec![0; demands.len()];
     let given = |user: &GpuUser, slot: &Slot<'_>| user.given.contains(&slot.uuid);
+    let recorded = |user: &GpuUser, slot: &Slot<'_>| user.recorded.contains(&slot.uuid);
     let previous = |user: &GpuUser, slot: &Slot<'_>| user.holds(&slot.previous);
-    for rule in [&given as &dyn Fn(&GpuUser, &Slot<'_>) -> bool, &previous] {
+    for rule in [
+        &given as &dyn Fn(&GpuUser, &Slot<'_>) -> bool,
+        &recorded,
+        &previous,
+    ] {
         for ((user, matches, count), held) in demands.iter().zip(held.iter_mut()) {
             for slot in slots.iter_mut() {
                 if *held < *count
@@ -562,6 +586,38 @@ fn shared_slots(sharer: &GpuUser, slots: &[Slot<'_>], users: &[GpuUser]) -> Vec<
         .iter()
         .filter(|(_, _, held_for)| group.is_some() && *held_for == group)
         .map(|(at, _, _)| *at)
+        .collect()
+}
+
+/// Pods asking for GPUs as an extended resource whose [`annotation::ASSIGNED_GPUS`] does not
+/// name what they hold now, with the list to write: `(namespace, pod, uuids)`. Pods that hold
+/// nothing yet (more asked for than is free) are left alone.
+pub fn unrecorded_assignments(
+    gpus: &[GpuTopology],
+    users: &[GpuUser],
+) -> Vec<(String, String, String)> {
+    users
+        .iter()
+        .filter(|u| u.extended > 0 || !u.mig.is_empty())
+        .filter_map(|user| {
+            // What it holds by its claims is the claims' to say.
+            let mut held = BTreeSet::new();
+            for gpu in gpus {
+                if user.holds(&gpu.status) && !user.claimed.contains(&gpu_device_name(gpu.index)) {
+                    held.insert(gpu.id.clone());
+                }
+                for mig in &gpu.mig_devices {
+                    let name = mig_device_name(gpu.index, mig);
+                    if user.holds(&mig.status) && !user.claimed.contains(&name) {
+                        held.insert(mig.uuid.clone());
+                    }
+                }
+            }
+            (!held.is_empty() && held != user.recorded).then(|| {
+                let list = held.into_iter().collect::<Vec<_>>().join(",");
+                (user.namespace.clone(), user.pod.clone(), list)
+            })
+        })
         .collect()
 }
 
@@ -886,6 +942,36 @@ mod tests {
         ]);
         assign(&mut topology, &[old, young], false);
         assert_eq!(holders(&topology), ["young", "old", "young", ""]);
+    }
+
+    #[test]
+    fn the_recorded_assignment_outlives_the_document() {
+        let mut topology = gpus(4);
+        let first = user(&asking("first", "2026-01-01T00:00:00Z", 1), &[]);
+        let second = user(&asking("second", "2026-01-02T00:00:00Z", 1), &[]);
+        assign(&mut topology, &[first.clone(), second.clone()], false);
+        assert_eq!(holders(&topology), ["first", "second", "", ""]);
+        // Both get their GPUs written on them.
+        let written = unrecorded_assignments(&topology, &[first.clone(), second.clone()]);
+        assert_eq!(
+            written,
+            [
+                ("ns".to_owned(), "first".to_owned(), "GPU-0".to_owned()),
+                ("ns".to_owned(), "second".to_owned(), "GPU-1".to_owned())
+            ]
+        );
+        // The first pod finishes, the document is lost: a fresh document and a recomputation
+        // would give the second pod GPU 0; its record keeps it on GPU 1.
+        let mut second = second;
+        second.recorded = recorded_gpus(&pod(
+            "second",
+            "2026-01-02T00:00:00Z",
+            json!({"metadata": {"annotations": {"fakegpu.dev/gpus": "GPU-1"}}}),
+        ));
+        let mut fresh = gpus(4);
+        assign(&mut fresh, std::slice::from_ref(&second), false);
+        assert_eq!(holders(&fresh), ["", "second", "", ""]);
+        assert!(unrecorded_assignments(&fresh, &[second]).is_empty());
     }
 
     #[test]

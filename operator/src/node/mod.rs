@@ -102,6 +102,7 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
             announce_reservations(&ctx, &node.name_any(), &topology, &users).await?;
+            record_assignments(&ctx, &node.name_any(), &topology, &users).await?;
             report_malformed_utilization(&ctx, &node.name_any()).await;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
@@ -289,21 +290,60 @@ async fn announce_reservations(
 ) -> Result<()> {
     for (namespace, pod, uuid) in tracking::unannounced_reservations(&document.gpus, users) {
         info!(node, %namespace, %pod, gpu = %uuid, "telling a reservation pod which GPU it holds");
-        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod, "annotations": {annotation::RESERVED_GPU: uuid}},
-        });
-        if let Err(error) = apply::apply(&pods, &pod, &patch).await {
-            // A pod deleted meanwhile refuses the apply (it would create one, which the
-            // operator may not): nothing to tell any more.
-            let reference = ObjectRef::new(&pod).within(&namespace);
-            if ctx.pods.get(&reference).is_some() {
-                return Err(error);
-            }
-            debug!(node, %namespace, %pod, %error, "reservation pod gone before it was told its GPU");
+        annotate_pod(ctx, node, &namespace, &pod, annotation::RESERVED_GPU, &uuid).await?;
+    }
+    Ok(())
+}
+
+/// Writes on each pod holding GPUs by extended resource which ones it holds (annotation
+/// [`annotation::ASSIGNED_GPUS`]), after the document that records it: pod tracking reads it
+/// back, so the assignment outlives the document.
+async fn record_assignments(
+    ctx: &Context,
+    node: &str,
+    document: &NodeTopology,
+    users: &[tracking::GpuUser],
+) -> Result<()> {
+    for (namespace, pod, uuids) in tracking::unrecorded_assignments(&document.gpus, users) {
+        debug!(node, %namespace, %pod, gpus = %uuids, "recording a pod's GPUs on the pod");
+        annotate_pod(
+            ctx,
+            node,
+            &namespace,
+            &pod,
+            annotation::ASSIGNED_GPUS,
+            &uuids,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Applies one annotation of fakegpu's to a pod. A pod deleted meanwhile refuses the apply (it
+/// would create one, which the operator may not): nothing to write any more.
+async fn annotate_pod(
+    ctx: &Context,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    key: &str,
+    value: &str,
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod, "annotations": {key: value}},
+    });
+    if let Err(error) = apply::apply(&pods, pod, &patch).await {
+        if ctx
+            .pods
+            .get(&ObjectRef::new(pod).within(namespace))
+            .is_some()
+        {
+            return Err(error);
         }
+        debug!(node, %namespace, %pod, %error, "pod gone before its annotation was written");
     }
     Ok(())
 }
