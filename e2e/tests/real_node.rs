@@ -309,13 +309,18 @@ fn instances_of(document: &NodeTopology, profile: &str) -> Vec<String> {
 }
 
 /// Waits until `node` advertises `count` of `resource` (the real kubelet from the device
-/// plugin, or the operator on a KWOK node).
+/// plugin, or the operator on a KWOK node). On the real node the device plugin's agent must be
+/// Ready first (registered with the kubelet): the node's allocatable may still show the
+/// devices of a previous test's plugin, which the kubelet then refuses to allocate.
 async fn advertised(
     client: &Client,
     node: &str,
     resource: &str,
     count: &str,
 ) -> anyhow::Result<()> {
+    if node == real_node() {
+        agents_ready(client, node, &["fakegpu-device-plugin"]).await?;
+    }
     eventually(
         &format!("{resource}: {count} allocatable on {node}"),
         CONVERGE,
@@ -604,12 +609,18 @@ async fn fakegpu_on_node(client: &Client, node: &str) -> anyhow::Result<(usize, 
     Ok((agents, ours))
 }
 
-async fn leave(client: &Client, _pool: &str, namespace: &str) -> anyhow::Result<()> {
+async fn leave(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
     let node = real_node();
-    eventually(&format!("both node agents on {node}"), CONVERGE, || async {
-        Ok((fakegpu_on_node(client, &node).await?.0 == 2).then_some(()))
-    })
+    // Both registered with the kubelet, and the slice published: a claim's pod started before
+    // the DRA plugin registers waits out the kubelet's backoff.
+    agents_ready(
+        client,
+        &node,
+        &["fakegpu-device-plugin", "fakegpu-dra-plugin"],
+    )
     .await?;
+    let uuids = node_uuids(client, &node, pool).await?;
+    slice_published(client, &node, &uuids).await?;
     claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
     holding_claim_pod(client, namespace, "holder", "gpu", "one-gpu").await?;
     set_pool(client, &node, None).await?;
