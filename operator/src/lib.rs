@@ -12,6 +12,7 @@
 
 pub mod apply;
 pub mod compute_domain;
+pub mod conditions;
 pub mod controllers;
 pub mod deviceclass;
 pub mod events;

@@ -14,11 +14,17 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 
-use crate::{membership, node::has_kubelet};
+use crate::{
+    conditions::{STALLED, condition, stamp},
+    membership,
+    node::has_kubelet,
+};
 
 /// Condition types.
 pub const READY: &str = "Ready";
 pub const CONFLICT: &str = "Conflict";
+/// Ready's reason while nodes are still being given the pool's GPUs.
+const PROGRESSING: &str = "Progressing";
 /// On pools that serve DRA: whether fakegpu manages the DeviceClasses their claims use.
 pub const DEVICE_CLASS: &str = "DeviceClass";
 
@@ -39,7 +45,7 @@ pub fn is_ready(status: &GpuNodePoolStatus) -> bool {
 /// Whether a condition reports a problem (worth a Warning Event when it appears).
 pub fn is_problem(condition: &Condition) -> bool {
     match condition.type_.as_str() {
-        READY => condition.status == "False" && condition.reason != "Progressing",
+        READY => condition.status == "False" && condition.reason != PROGRESSING,
         CONFLICT => condition.status == "True",
         DEVICE_CLASS => condition.status == "False",
         _ => false,
@@ -130,7 +136,7 @@ pub fn desired_status(
         (Ok(_), Ok(_)) if !in_place => condition(
             READY,
             false,
-            "Progressing",
+            PROGRESSING,
             format!("{} of {wanted} nodes carry the pool's GPUs", labelled.len()),
         ),
         (Ok(gpu), Ok(_)) => condition(
@@ -178,24 +184,31 @@ pub fn desired_status(
         }
     });
 
+    // Not ready and not getting there without the user: kstatus reads Failed, not InProgress.
+    let stalled = if ready.status == "False" && ready.reason != PROGRESSING {
+        condition(STALLED, true, &ready.reason, ready.message.clone())
+    } else {
+        condition(
+            STALLED,
+            false,
+            &ready.reason,
+            "the pool is reconciled or on its way".into(),
+        )
+    };
+
     let previous = pool
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let conditions = [Some(ready), Some(conflict), device_class]
-        .into_iter()
-        .flatten()
-        .map(|mut c| {
-            c.observed_generation = generation;
-            c.last_transition_time = previous
-                .iter()
-                .find(|p| p.type_ == c.type_ && p.status == c.status && p.reason == c.reason)
-                .map(|p| p.last_transition_time.clone())
-                .unwrap_or_else(|| now.clone());
-            c
-        })
-        .collect();
+    let conditions = stamp(
+        [Some(ready), Some(stalled), Some(conflict), device_class]
+            .into_iter()
+            .flatten(),
+        previous,
+        generation,
+        now,
+    );
 
     let node_count = u32::try_from(labelled.len()).unwrap_or(u32::MAX);
     let allocated: Vec<u32> = labelled.iter().map(|n| allocated(&n.name_any())).collect();
@@ -217,18 +230,6 @@ pub fn desired_status(
                 kwok: !has_kubelet(n),
             })
             .collect(),
-    }
-}
-
-fn condition(type_: &str, status: bool, reason: &str, message: String) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: if status { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        observed_generation: None,
-        // Replaced by desired_status with the previous or the current time.
-        last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
     }
 }
 
