@@ -93,6 +93,15 @@ pub enum DomainState {
 pub struct ComputeDomainStatus {
     #[serde(default)]
     pub status: DomainState,
+    /// fakegpu's addition to NVIDIA's status, for tools that judge health by conditions
+    /// (kstatus: Flux, Argo CD, `kubectl wait --for=condition=Ready`): `Ready`, False while
+    /// the domain waits for nodes, so that NotReady does not read as done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// The generation the status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// The nodes that host the domain's pods, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]

@@ -12,9 +12,12 @@ use fakegpu_api::{
     names::compute_domain as names,
 };
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
-use k8s_openapi::api::{
-    core::v1::ObjectReference,
-    resource::v1::{ResourceClaim, ResourceClaimTemplate},
+use k8s_openapi::{
+    api::{
+        core::v1::ObjectReference,
+        resource::v1::{ResourceClaim, ResourceClaimTemplate},
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -70,7 +73,8 @@ async fn ensure_template(domain: &ComputeDomain, ctx: &Context) -> Result<()> {
 }
 
 async fn ensure_status(domain: &ComputeDomain, ctx: &Context) -> Result<()> {
-    let desired = status::desired_status(domain, &ctx.claims.state());
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let desired = status::desired_status(domain, &ctx.claims.state(), &now);
     if domain.status.as_ref() == Some(&desired) {
         return Ok(());
     }

@@ -8,8 +8,13 @@ use fakegpu_api::{
     compute_domain::{ComputeDomain, ComputeDomainNode, ComputeDomainStatus, DomainState},
     names::compute_domain as names,
 };
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::{api::resource::v1::ResourceClaim, apimachinery::pkg::apis::meta::v1::Time};
 use kube::ResourceExt;
+
+use crate::conditions::{condition, stamp};
+
+/// The domain's condition, True once `numNodes` nodes host it.
+pub const READY: &str = "Ready";
 
 /// The nodes (allocation pools) of `domain`'s allocated channel claims among `claims`.
 fn nodes(domain: &ComputeDomain, claims: &[Arc<ResourceClaim>]) -> BTreeSet<String> {
@@ -25,9 +30,12 @@ fn nodes(domain: &ComputeDomain, claims: &[Arc<ResourceClaim>]) -> BTreeSet<Stri
         .collect()
 }
 
+/// `now` stamps a condition that changed; an unchanged one keeps its time, so an unchanged
+/// domain yields an unchanged status.
 pub fn desired_status(
     domain: &ComputeDomain,
     claims: &[Arc<ResourceClaim>],
+    now: &Time,
 ) -> ComputeDomainStatus {
     let nodes: Vec<ComputeDomainNode> = nodes(domain, claims)
         .into_iter()
@@ -40,13 +48,33 @@ pub fn desired_status(
         })
         .collect();
     let wanted = usize::try_from(domain.spec.num_nodes).unwrap_or(0);
+    let ready = nodes.len() >= wanted;
+    let message = format!("{} of {wanted} nodes host the domain's pods", nodes.len());
+    let reason = if ready {
+        "NodesReady"
+    } else {
+        "WaitingForNodes"
+    };
+    let previous = domain
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let generation = domain.metadata.generation;
     ComputeDomainStatus {
-        status: if nodes.len() >= wanted {
+        status: if ready {
             DomainState::Ready
         } else {
             DomainState::NotReady
         },
         nodes,
+        conditions: stamp(
+            [condition(READY, ready, reason, message)],
+            previous,
+            generation,
+            now,
+        ),
+        observed_generation: generation,
     }
 }
 
@@ -74,17 +102,28 @@ mod tests {
     fn ready_once_num_nodes_host_its_claims() {
         let domain = domain("Single");
         let one = [claim("a", "imex", Some("node-b")), claim("p", "imex", None)];
-        let status = desired_status(&domain, &one);
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let status = desired_status(&domain, &one, &now);
         assert_eq!(status.status, DomainState::NotReady);
         assert_eq!(status.nodes.len(), 1);
+        let condition = &status.conditions[0];
+        assert_eq!(
+            (
+                condition.type_.as_str(),
+                condition.status.as_str(),
+                condition.reason.as_str()
+            ),
+            ("Ready", "False", "WaitingForNodes")
+        );
         let two = [
             claim("a", "imex", Some("node-b")),
             claim("b", "imex", Some("node-a")),
             claim("c", "imex", Some("node-a")),
             claim("x", "other", Some("node-c")),
         ];
-        let status = desired_status(&domain, &two);
+        let status = desired_status(&domain, &two, &now);
         assert_eq!(status.status, DomainState::Ready);
+        assert_eq!(status.conditions[0].status, "True");
         let names: Vec<(&str, i32)> = status
             .nodes
             .iter()
