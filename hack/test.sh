@@ -49,8 +49,9 @@ step "operator from the install bundle (its ServiceAccount, its RBAC)"
 hack/operator.sh start
 
 step "e2e tests (KUBECONFIG=$KUBECONFIG)"
-# The exporter e2e runs the binary itself.
+# The exporter e2e runs the binary itself; the kstatus e2e computes health with cli-utils.
 cargo build --locked -p fakegpu-exporter -p fakegpu-node-agent
+go -C hack/kstatus build -o "$repo/target/hack-bin/kstatus" .
 # --nocapture: the idempotence test prints the measured writes per node.
 cargo test --locked -p fakegpu-e2e -- --nocapture
 

@@ -1,0 +1,122 @@
+//! GitOps tools judge health by kstatus (sigs.k8s.io/cli-utils: Flux, Argo CD, kpt). Pools and
+//! ComputeDomains must read right by it: a healthy pool Current, a pool that cannot become
+//! ready Failed (not InProgress forever), a pool whose edit is not yet reconciled InProgress,
+//! a ComputeDomain waiting for its nodes InProgress (not Current). hack/kstatus computes it
+//! with cli-utils itself. Alone in its test binary: it stops and restarts the shared operator.
+
+use std::{process::Stdio, time::Duration};
+
+use anyhow::{Context, ensure};
+use fakegpu_api::names::label;
+use fakegpu_e2e::{
+    Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually, hack,
+    install_crds, kubectl, repo_root, unique_name,
+};
+use serde_json::json;
+
+const CONVERGE: Duration = Duration::from_secs(60);
+
+/// kstatus of the object `kubectl get <kind> <name> -o json` prints: (status, message).
+fn kstatus(kind: &str, name: &str, namespace: Option<&str>) -> anyhow::Result<(String, String)> {
+    let mut args = vec!["get", kind, name, "-o", "json"];
+    if let Some(namespace) = namespace {
+        args.extend(["-n", namespace]);
+    }
+    let object = kubectl(&args)?;
+    let binary = std::env::var_os("FAKEGPU_KSTATUS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/hack-bin/kstatus"));
+    let mut child = std::process::Command::new(&binary)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {} (hack/test.sh builds it)", binary.display()))?;
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .context("kstatus's stdin")?
+        .write_all(object.as_bytes())?;
+    let output = child.wait_with_output()?;
+    ensure!(output.status.success(), "kstatus: {output:?}");
+    let line = String::from_utf8(output.stdout)?;
+    let mut fields = line.trim_end().splitn(3, '\t').skip(1);
+    let status = fields.next().unwrap_or_default().to_owned();
+    let message = fields.next().unwrap_or_default().to_owned();
+    Ok((status, message))
+}
+
+/// Waits until kstatus reads `expected` for the object.
+async fn reads(
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    expected: &str,
+) -> anyhow::Result<()> {
+    eventually(
+        &format!("kstatus of {kind}/{name}: {expected}"),
+        CONVERGE,
+        || async {
+            let (status, message) = kstatus(kind, name, namespace)?;
+            ensure!(status == expected, "{status}: {message}");
+            Ok(Some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn pools_and_domains_read_right_by_kstatus() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let healthy = unique_name("kstatus-ok");
+    let broken = unique_name("kstatus-broken");
+    let node = format!("{healthy}-node");
+    let namespace = create_namespace(&client, "kstatus").await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&healthy)
+        .pool(&broken)
+        .node(&node)
+        .namespace(&namespace);
+    let result = async {
+        create_kwok_node(&client, &node, &[(label::NODE_POOL, &healthy)]).await?;
+        create_pool(&client, &healthy, json!({"gpu": {"profile": "t4"}})).await?;
+        create_pool(&client, &broken, json!({"gpu": {"profile": "no-such-gpu"}})).await?;
+        reads("gpunodepool", &healthy, None, "Current").await?;
+        reads("gpunodepool", &broken, None, "Failed").await?;
+
+        // The operator is away: an edit is not reconciled yet, and a new domain has no status.
+        hack("operator.sh", &["stop"])?;
+        let restarted = async {
+            kubectl(&[
+                "patch",
+                "gpunodepool",
+                &healthy,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"gpu":{"profile":"t4","count":2}}}"#,
+            ])?;
+            reads("gpunodepool", &healthy, None, "InProgress").await?;
+            let domain = json!({
+                "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                "metadata": {"name": "waiting", "namespace": namespace},
+                "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "waiting-channel"}}},
+            });
+            let file = std::env::temp_dir().join(format!("{namespace}-domain.json"));
+            std::fs::write(&file, domain.to_string())?;
+            let created = kubectl(&["create", "-f", &file.to_string_lossy()]);
+            let _ = std::fs::remove_file(&file);
+            created?;
+            anyhow::Ok(())
+        }
+        .await;
+        hack("operator.sh", &["restart"])?;
+        restarted?;
+        reads("gpunodepool", &healthy, None, "Current").await?;
+        // No pod holds its channel yet: NotReady, and kstatus must not call that done.
+        reads("computedomain", "waiting", Some(&namespace), "InProgress").await
+    }
+    .await;
+    cleanup.after(result).await
+}
