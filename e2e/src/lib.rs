@@ -463,6 +463,59 @@ pub async fn topology_of(
     Ok(Some((cm, document)))
 }
 
+/// (GPU UUID, pod) for every GPU the node's topology document records as held, sorted; `None`
+/// while the node has no (readable) document.
+pub async fn gpu_holders(
+    client: &Client,
+    node: &str,
+) -> anyhow::Result<Option<Vec<(String, String)>>> {
+    let Some((_, document)) = topology_of(client, node).await.ok().flatten() else {
+        return Ok(None);
+    };
+    let mut held: Vec<(String, String)> = document
+        .gpus
+        .iter()
+        .filter(|g| !g.status.allocated_by.pod.is_empty())
+        .map(|g| (g.id.clone(), g.status.allocated_by.pod.clone()))
+        .collect();
+    held.sort();
+    Ok(Some(held))
+}
+
+/// Puts `node` into `pool` by the pool label (or, with `None`, into none).
+pub async fn set_node_pool(client: &Client, node: &str, pool: Option<&str>) -> anyhow::Result<()> {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {fakegpu_api::names::label::NODE_POOL: pool}}
+            })),
+        )
+        .await
+        .with_context(|| format!("labelling node {node}"))?;
+    Ok(())
+}
+
+/// Waits until the operator has labelled `node` for `pool` (`fakegpu.dev/pool`).
+pub async fn labelled_for(
+    client: &Client,
+    node: &str,
+    pool: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    eventually(&format!("{node} labelled for {pool}"), timeout, || async {
+        let labels = nodes.get(node).await?.metadata.labels.unwrap_or_default();
+        Ok((labels
+            .get(fakegpu_api::names::fakegpu::POOL_LABEL)
+            .map(String::as_str)
+            == Some(pool))
+        .then_some(()))
+    })
+    .await
+}
+
 /// Creates a pod that tolerates the KWOK taint, from the given spec fields (merged over one
 /// container named `main`).
 pub async fn create_kwok_pod(

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use fakegpu_api::names::{annotation, label};
+use fakegpu_api::names::annotation;
 use fakegpu_e2e::{
-    OPERATOR_NAMESPACE, create_kwok_pod, create_pool, eventually, kwok_scenario, running_pod,
-    topology_of,
+    OPERATOR_NAMESPACE, create_kwok_pod, create_pool, eventually, gpu_holders, kwok_scenario,
+    running_pod, set_node_pool,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
@@ -19,21 +19,6 @@ use kube::{
 use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(60);
-
-/// (GPU UUID, pod) for every GPU the node's document records as held, sorted.
-async fn holders(client: &Client, node: &str) -> anyhow::Result<Option<Vec<(String, String)>>> {
-    let Some((_, document)) = topology_of(client, node).await.ok().flatten() else {
-        return Ok(None);
-    };
-    let mut held: Vec<(String, String)> = document
-        .gpus
-        .iter()
-        .filter(|g| !g.status.allocated_by.pod.is_empty())
-        .map(|g| (g.id.clone(), g.status.allocated_by.pod.clone()))
-        .collect();
-    held.sort();
-    Ok(Some(held))
-}
 
 /// Waits until the document records exactly `expected`.
 async fn recorded(
@@ -43,22 +28,11 @@ async fn recorded(
     expected: &[(String, String)],
 ) -> anyhow::Result<()> {
     eventually(what, CONVERGE, || async {
-        let held = holders(client, node).await?;
+        let held = gpu_holders(client, node).await?;
         ensure!(held.as_deref() == Some(expected), "holders now: {held:?}");
         Ok(Some(()))
     })
     .await
-}
-
-async fn set_pool(client: &Client, node: &str, pool: Option<&str>) -> anyhow::Result<()> {
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: pool}}})),
-        )
-        .await?;
-    Ok(())
 }
 
 #[tokio::test]
@@ -86,7 +60,7 @@ async fn running_pods_keep_their_gpus_whatever_happens_to_the_document() -> anyh
             .await?;
             running_pod(&client, &namespace, &name, CONVERGE).await?;
             eventually(&format!("{name} recorded"), CONVERGE, || async {
-                let held = holders(&client, &node).await?.unwrap_or_default();
+                let held = gpu_holders(&client, &node).await?.unwrap_or_default();
                 Ok(held.iter().any(|(_, pod)| *pod == name).then_some(()))
             })
             .await?;
@@ -95,7 +69,7 @@ async fn running_pods_keep_their_gpus_whatever_happens_to_the_document() -> anyh
         for name in ["p0", "p1"] {
             pods.delete(name, &Default::default()).await?;
         }
-        let all = holders(&client, &node).await?.unwrap_or_default();
+        let all = gpu_holders(&client, &node).await?.unwrap_or_default();
         let kept: Vec<(String, String)> = all
             .into_iter()
             .filter(|(_, pod)| pod == "p2" || pod == "p3")
@@ -142,12 +116,12 @@ async fn running_pods_keep_their_gpus_whatever_happens_to_the_document() -> anyh
         )
         .await?;
 
-        set_pool(&client, &node, None).await?;
+        set_node_pool(&client, &node, None).await?;
         eventually("the node out of its pool", CONVERGE, || async {
             Ok(configmaps.get_opt(&name).await?.is_none().then_some(()))
         })
         .await?;
-        set_pool(&client, &node, Some(&pool)).await?;
+        set_node_pool(&client, &node, Some(&pool)).await?;
         recorded(
             &client,
             &node,

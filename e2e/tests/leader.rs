@@ -9,10 +9,8 @@ use anyhow::ensure;
 use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_pool, eventually, hack, http_get, install_crds,
-    metric_value, operator_address, unique_name,
+    labelled_for, metric_value, operator_address, unique_name,
 };
-use k8s_openapi::api::core::v1::Node;
-use kube::{Api, Client};
 use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(45);
@@ -51,15 +49,6 @@ fn metrics(address: &str) -> anyhow::Result<String> {
     http_get(address, "/metrics")
 }
 
-async fn labelled(client: &Client, node: &str, pool: &str) -> anyhow::Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    eventually(&format!("{node} labelled for {pool}"), CONVERGE, || async {
-        let labels = nodes.get(node).await?.metadata.labels.unwrap_or_default();
-        Ok((labels.get("fakegpu.dev/pool").map(String::as_str) == Some(pool)).then_some(()))
-    })
-    .await
-}
-
 #[tokio::test]
 async fn a_standby_replica_takes_over_when_the_leader_stops() -> anyhow::Result<()> {
     let client = admin_client().await?;
@@ -83,7 +72,7 @@ async fn a_standby_replica_takes_over_when_the_leader_stops() -> anyhow::Result<
 
         // The leader does the work; the standby reconciles nothing.
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
-        labelled(&client, &first, &pool).await?;
+        labelled_for(&client, &first, &pool, CONVERGE).await?;
         let text = metrics(&standby_address)?;
         ensure!(
             !text.contains("fakegpu_operator_reconciles_total{"),
@@ -98,7 +87,7 @@ async fn a_standby_replica_takes_over_when_the_leader_stops() -> anyhow::Result<
         })
         .await?;
         create_kwok_node(&client, &second, &[(label::NODE_POOL, &pool)]).await?;
-        labelled(&client, &second, &pool).await?;
+        labelled_for(&client, &second, &pool, CONVERGE).await?;
         anyhow::Ok(())
     }
     .await;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_pool, eventually, http_get, install_crds,
-    operator_address, signal_process, unique_name,
+    labelled_for, operator_address, signal_process, unique_name,
 };
 use k8s_openapi::api::core::v1::Node;
-use kube::{Api, Client};
+use kube::Api;
 use serde_json::json;
 
 const OUTAGE: Duration = Duration::from_secs(60);
@@ -38,15 +38,6 @@ impl Drop for Frozen {
     }
 }
 
-async fn labelled(client: &Client, node: &str, pool: &str) -> anyhow::Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    eventually(&format!("{node} labelled for {pool}"), RECOVER, || async {
-        let labels = nodes.get(node).await?.metadata.labels.unwrap_or_default();
-        Ok((labels.get("fakegpu.dev/pool").map(String::as_str) == Some(pool)).then_some(()))
-    })
-    .await
-}
-
 #[tokio::test]
 async fn the_operator_converges_after_the_api_server_was_gone_for_a_minute() -> anyhow::Result<()> {
     let client = admin_client().await?;
@@ -57,7 +48,7 @@ async fn the_operator_converges_after_the_api_server_was_gone_for_a_minute() -> 
     create_kwok_node(&client, &before, &[(label::NODE_POOL, &pool)]).await?;
     let cleanup = Cleanup::new(&client).pool(&pool).node(&before).node(&after);
     let result = async {
-        labelled(&client, &before, &pool).await?;
+        labelled_for(&client, &before, &pool, RECOVER).await?;
         {
             let _frozen = Frozen::api_server()?;
             tokio::time::sleep(OUTAGE).await;
@@ -72,7 +63,7 @@ async fn the_operator_converges_after_the_api_server_was_gone_for_a_minute() -> 
         })
         .await?;
         create_kwok_node(&client, &after, &[(label::NODE_POOL, &pool)]).await?;
-        labelled(&client, &after, &pool).await?;
+        labelled_for(&client, &after, &pool, RECOVER).await?;
         let address = operator_address();
         eventually("the operator ready again", RECOVER, || async {
             Ok((http_get(&address, "/readyz").ok().as_deref() == Some("ok")).then_some(()))

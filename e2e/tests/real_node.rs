@@ -18,7 +18,7 @@ use fakegpu_api::{
 };
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually,
-    install_crds, kubectl, topology_of, unique_name,
+    install_crds, kubectl, set_node_pool, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -39,19 +39,6 @@ const SHELL_IMAGE: &str = "fakegpu.local/busybox:v1";
 
 fn real_node() -> String {
     std::env::var("FAKEGPU_REAL_NODE").unwrap_or_else(|_| "fakegpu-node-0".into())
-}
-
-/// Puts the real node into `pool` (or, with `None`, into none).
-async fn set_pool(client: &Client, node: &str, pool: Option<&str>) -> anyhow::Result<()> {
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: pool}}})),
-        )
-        .await
-        .with_context(|| format!("labelling node {node}"))?;
-    Ok(())
 }
 
 /// The spec of a pool of two L4 GPUs per node serving `interfaces`.
@@ -86,7 +73,7 @@ async fn real_pool(
     create_pool(client, &pool, spec).await?;
     create_kwok_node(client, &kwok, &[(label::NODE_POOL, &pool)]).await?;
     let namespace = create_namespace(client, prefix).await?;
-    set_pool(client, &real_node(), Some(&pool)).await?;
+    set_node_pool(client, &real_node(), Some(&pool)).await?;
     let cleanup = Cleanup::new(client)
         .pool(&pool)
         .node(&kwok)
@@ -124,7 +111,7 @@ async fn finish<T>(
     .await;
     let node = real_node();
     let unlabelled = async {
-        set_pool(client, &node, None).await?;
+        set_node_pool(client, &node, None).await?;
         // The next test starts from a node without agents: a plugin still going away leaves
         // the kubelet with devices it can no longer allocate.
         eventually(
@@ -623,7 +610,7 @@ async fn leave(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<(
     slice_published(client, &node, &uuids).await?;
     claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
     holding_claim_pod(client, namespace, "holder", "gpu", "one-gpu").await?;
-    set_pool(client, &node, None).await?;
+    set_node_pool(client, &node, None).await?;
     // The pod's claim was prepared by the DRA plugin: it stays until the kubelet has had it
     // unprepare the claim; everything else goes at once.
     eventually(
@@ -903,17 +890,9 @@ async fn replace_bundle_pod(client: &Client, app: &str) -> anyhow::Result<()> {
 
 /// Which pod holds which GPU, as the operator's topology document records it.
 async fn holders(client: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let (_, document) = topology_of(client, node)
+    fakegpu_e2e::gpu_holders(client, node)
         .await?
-        .context("no topology document")?;
-    let mut held: Vec<(String, String)> = document
-        .gpus
-        .iter()
-        .filter(|g| !g.status.allocated_by.pod.is_empty())
-        .map(|g| (g.id.clone(), g.status.allocated_by.pod.clone()))
-        .collect();
-    held.sort();
-    Ok(held)
+        .context("no topology document")
 }
 
 #[tokio::test]
