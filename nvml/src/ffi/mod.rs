@@ -113,10 +113,45 @@ fn resolve(handle: DeviceHandle) -> Result<Handle, Return> {
     Err(ERROR_INVALID_ARGUMENT)
 }
 
+impl Handle {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Gpu(d) => &d.name,
+            Self::Mig(_, i) => &i.name,
+        }
+    }
+
+    fn uuid(&self) -> &'static str {
+        match self {
+            Self::Gpu(d) => &d.uuid,
+            Self::Mig(_, i) => &i.uuid,
+        }
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        match self {
+            Self::Gpu(d) => d.memory_bytes,
+            Self::Mig(_, i) => i.memory_bytes,
+        }
+    }
+}
+
+/// A whole GPU's handle; queries that only whole GPUs answer refuse MIG handles.
 fn gpu(handle: DeviceHandle) -> Result<&'static Device, Return> {
     match resolve(handle)? {
         Handle::Gpu(device) => Ok(device),
         Handle::Mig(..) => Err(ERROR_NOT_SUPPORTED),
+    }
+}
+
+/// A MIG instance's handle and its GPU; `not_mig` answers for a whole GPU's.
+fn mig(
+    handle: DeviceHandle,
+    not_mig: Return,
+) -> Result<(&'static Device, &'static MigInstance), Return> {
+    match resolve(handle)? {
+        Handle::Mig(device, instance) => Ok((device, instance)),
+        Handle::Gpu(_) => Err(not_mig),
     }
 }
 
@@ -322,13 +357,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     out: *mut c_char,
     length: c_uint,
 ) -> Return {
-    answer(resolve(handle).map(|h| {
-        let name = match h {
-            Handle::Gpu(d) => &d.name,
-            Handle::Mig(_, i) => &i.name,
-        };
-        unsafe { put_str(out, length, name) }
-    }))
+    answer(resolve(handle).map(|h| unsafe { put_str(out, length, h.name()) }))
 }
 
 #[unsafe(no_mangle)]
@@ -337,13 +366,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     out: *mut c_char,
     length: c_uint,
 ) -> Return {
-    answer(resolve(handle).map(|h| {
-        let uuid = match h {
-            Handle::Gpu(d) => &d.uuid,
-            Handle::Mig(_, i) => &i.uuid,
-        };
-        unsafe { put_str(out, length, uuid) }
-    }))
+    answer(resolve(handle).map(|h| unsafe { put_str(out, length, h.uuid()) }))
 }
 
 #[unsafe(no_mangle)]
@@ -392,10 +415,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: DeviceHandle, out: *mut Memory) -> Return {
     answer(resolve(handle).map(|h| {
-        let total = match h {
-            Handle::Gpu(d) => d.memory_bytes,
-            Handle::Mig(_, i) => i.memory_bytes,
-        };
+        let total = h.memory_bytes();
         unsafe {
             put(
                 out,
@@ -503,10 +523,10 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     handle: DeviceHandle,
     out: *mut DeviceHandle,
 ) -> Return {
-    answer(resolve(handle).and_then(|h| match h {
-        Handle::Mig(parent, _) => Ok(unsafe { put(out, handle_of(parent)) }),
-        Handle::Gpu(_) => Err(ERROR_INVALID_ARGUMENT),
-    }))
+    answer(
+        mig(handle, ERROR_INVALID_ARGUMENT)
+            .map(|(parent, _)| unsafe { put(out, handle_of(parent)) }),
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -514,10 +534,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     handle: DeviceHandle,
     out: *mut c_uint,
 ) -> Return {
-    answer(resolve(handle).and_then(|h| match h {
-        Handle::Mig(_, i) => Ok(unsafe { put(out, i.gpu_instance_id) }),
-        Handle::Gpu(_) => Err(ERROR_NOT_SUPPORTED),
-    }))
+    answer(mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe { put(out, i.gpu_instance_id) }))
 }
 
 #[unsafe(no_mangle)]
@@ -525,8 +542,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     handle: DeviceHandle,
     out: *mut c_uint,
 ) -> Return {
-    answer(resolve(handle).and_then(|h| match h {
-        Handle::Mig(_, i) => Ok(unsafe { put(out, i.compute_instance_id) }),
-        Handle::Gpu(_) => Err(ERROR_NOT_SUPPORTED),
-    }))
+    answer(
+        mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe { put(out, i.compute_instance_id) }),
+    )
 }
