@@ -259,12 +259,8 @@ pub async fn run(
             spec_changes(pools_for_node_controller, pools.clone()),
             move |pool| node::nodes_of_pool(&node_store.state(), &pool),
         )
-        .watches_shared_stream(configmaps_for_nodes, |cm| {
-            cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
-        })
-        .watches_shared_stream(kubelet_reports_for_nodes, |cm| {
-            cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
-        })
+        .watches_shared_stream(configmaps_for_nodes, node_of_configmap)
+        .watches_shared_stream(kubelet_reports_for_nodes, node_of_configmap)
         .watches_shared_stream(slices_for_nodes, |slice| {
             slice.spec.node_name.as_deref().map(ObjectRef::new)
         })
@@ -457,14 +453,20 @@ where
         let metrics = ctx.metrics.clone();
         let key = retry_key(object.as_ref());
         Box::pin(async move {
-            let retries = ctx.clone();
-            let result = metrics.measure(controller, reconcile(object, ctx)).await;
+            let result = metrics
+                .measure(controller, reconcile(object, ctx.clone()))
+                .await;
             if result.is_ok() {
-                retries.retries.succeeded(controller, &key);
+                ctx.retries.succeeded(controller, &key);
             }
             result
         })
     }
+}
+
+/// The node a per-node ConfigMap (topology document, kubelet report) is about.
+fn node_of_configmap(cm: Arc<ConfigMap>) -> Option<ObjectRef<Node>> {
+    cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
 }
 
 /// How [`crate::retry::Retries`] knows an object: `namespace/name`, or `name`.

@@ -529,17 +529,12 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
             }
         }
     }
-    let missing: Vec<u32> = demands
-        .iter()
-        .zip(&held)
-        .map(|((_, _, count), held)| count - held)
-        .collect();
     // Then the lowest free slots, oldest pod first.
-    for ((user, matches, _), missing) in demands.iter().zip(missing) {
+    for ((user, matches, count), held) in demands.iter().zip(held) {
         let free = slots
             .iter_mut()
             .filter(|s| matches(&s.kind) && !s.status.in_use());
-        for slot in free.take(missing as usize) {
+        for slot in free.take((count - held) as usize) {
             slot.take(user);
         }
     }
