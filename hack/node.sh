@@ -66,6 +66,7 @@ proc_log_dir=$dir/logs
 log() { printf '[node] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 k() { "$bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" "$@"; }
+apiserver_url() { k config view --minify -o jsonpath='{.clusters[0].cluster.server}'; }
 ctr_() { "$bin/containerd/ctr" --address "$containerd_sock" --namespace k8s.io "$@" 2>>"$dir/logs/ctr.log"; }
 
 # --- can this machine run it ---------------------------------------------------------------
@@ -174,7 +175,7 @@ certificates() {
 
 configure() {
   local server
-  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  server=$(apiserver_url)
   mkdir -p "$state" "$state/cni"
   cat >"$state/kubelet.kubeconfig" <<EOF
 apiVersion: v1
@@ -338,9 +339,9 @@ up() {
 # takes it as it finds it), and the forwarder that lets pods on it reach the API server and
 # the exporter on the host's loopback. Nothing routes the bridge anywhere else.
 bridge_network() {
-  local server port
-  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  port=${server##*:}
+  local port
+  port=$(apiserver_url)
+  port=${port##*:}
   openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$bridge_ip" ||
     die "the API server's certificate does not name $bridge_ip: restart the cluster (hack/cluster.sh down; hack/cluster.sh up)"
   ip link show "$cni_bridge" >/dev/null 2>&1 || ip link add "$cni_bridge" type bridge
@@ -385,7 +386,7 @@ bundle() {
       load_archive "$archive"
     done
   fi
-  port=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  port=$(apiserver_url)
   port=${port##*:}
   # The overlay plus the one value it cannot know: this cluster's API server port.
   mkdir -p "$dir/bundle"

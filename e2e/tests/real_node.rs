@@ -1109,7 +1109,7 @@ async fn configured_template(
         namespace,
         name,
         json!({
-            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+            "requests": one_gpu(),
             "config": [{"requests": ["gpu"],
                 "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}],
         }),
