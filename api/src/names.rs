@@ -411,8 +411,32 @@ pub mod kubelet_devices {
 pub mod nvml {
     /// Environment variable with the path of the topology document the library answers from.
     pub const TOPOLOGY_ENV: &str = "FAKEGPU_NVML_TOPOLOGY";
-    /// Where the library looks without [`TOPOLOGY_ENV`]: the document in a fakegpu driver root.
-    pub const DEFAULT_TOPOLOGY: &str = "/var/lib/fakegpu/driver/topology.yml";
+    /// Where the library looks without [`TOPOLOGY_ENV`]: this file in the directory that holds
+    /// the library itself, so that it answers wherever a driver root is mounted (NVIDIA's
+    /// device plugin resolves the library's symlink and loads the versioned file by its path).
+    pub const DOCUMENT_BESIDE_LIBRARY: &str = "fakegpu-topology.yml";
+
+    /// The node agent's environment variable naming the driver root it lays out on a node of a
+    /// `backend: mock` pool; unset, it lays out none.
+    pub const DRIVER_ROOT_ENV: &str = "FAKEGPU_DRIVER_ROOT";
+    /// The bundle's driver root on the host (the DaemonSet's hostPath). NVIDIA's device plugin
+    /// and DRA driver take it as `--driver-root` / `nvidiaDriverRoot`; the pool status names it.
+    pub const DRIVER_ROOT: &str = "/var/lib/fakegpu/driver";
+    /// Directory of the NVML library inside a driver root: one of the directories NVIDIA's
+    /// device plugin searches (`usr/lib64`, `usr/lib/x86_64-linux-gnu`, ...).
+    pub const LIBRARY_DIR: &str = "usr/lib/x86_64-linux-gnu";
+    /// The name NVIDIA's components dlopen, a symlink to the versioned file as the real driver
+    /// installs it (`libnvidia-ml.so.<driver version>`, whose name NVIDIA's container toolkit
+    /// reads the driver version from).
+    pub const LIBRARY_SONAME: &str = "libnvidia-ml.so.1";
+    /// nvidia-smi inside a driver root; NVIDIA's DRA driver refuses a root without it.
+    pub const NVIDIA_SMI: &str = "usr/bin/nvidia-smi";
+    /// The GPUs' PCI functions inside a driver root, as sysfs shows them (`vendor`, `class`,
+    /// `config`, `numa_node`): GPU feature discovery reads `/sys/bus/pci/devices/<bus id>`, so
+    /// its pod mounts this directory there.
+    pub const PCI_DEVICES: &str = "sys/bus/pci/devices";
+    /// Where the node agent's image carries the library (glibc build) it copies into the root.
+    pub const SHIPPED_LIBRARY: &str = "/usr/local/lib/fakegpu/libnvidia-ml.so.1";
 }
 
 /// Environment a container given GPUs sees, set by the device plugin's Allocate and by the DRA

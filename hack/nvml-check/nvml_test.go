@@ -29,6 +29,8 @@ type document struct {
 		ID         string `yaml:"id"`
 		Index      int    `yaml:"index"`
 		PciBusID   string `yaml:"pciBusId"`
+		PcieRoot   string `yaml:"pcieRoot"`
+		NumaNode   *int   `yaml:"numaNode"`
 		MigDevices []struct {
 			UUID           string `yaml:"uuid"`
 			Profile        string `yaml:"profile"`
@@ -179,6 +181,24 @@ func TestEveryValueIsTheDocuments(t *testing.T) {
 					check(t, "is a MIG handle", isMig, ret, true)
 					parent, ret := mig.GetDeviceHandleFromMigDeviceHandle()
 					check(t, "parent", parent, ret, dev)
+				}
+			}
+			// Where each pair of GPUs meets: what NVIDIA's device plugin weighs allocations by.
+			for i, a := range doc.Gpus {
+				first, _ := lib.DeviceGetHandleByIndex(i)
+				for j, b := range doc.Gpus {
+					second, _ := lib.DeviceGetHandleByIndex(j)
+					want := nvml.TOPOLOGY_SYSTEM
+					switch {
+					case i == j:
+						want = nvml.TOPOLOGY_INTERNAL
+					case a.PcieRoot != "" && a.PcieRoot == b.PcieRoot:
+						want = nvml.TOPOLOGY_HOSTBRIDGE
+					case a.NumaNode != nil && b.NumaNode != nil && *a.NumaNode == *b.NumaNode:
+						want = nvml.TOPOLOGY_NODE
+					}
+					level, ret := lib.DeviceGetTopologyCommonAncestor(first, second)
+					check(t, fmt.Sprintf("common ancestor of GPUs %d and %d", i, j), level, ret, want)
 				}
 			}
 			if _, ret := lib.DeviceGetHandleByIndex(len(doc.Gpus)); ret != nvml.ERROR_INVALID_ARGUMENT {

@@ -53,6 +53,38 @@ pub struct Device {
     /// MIG mode on (the document partitions the GPU) and its instances.
     pub mig_enabled: bool,
     pub mig_devices: Vec<MigInstance>,
+    /// Where the GPU hangs off the host: its NUMA node and its PCIe root complex.
+    pub numa_node: Option<u32>,
+    pub pcie_root: String,
+}
+
+/// NVML's `nvmlGpuTopologyLevel_t`: the closest thing two GPUs' PCIe paths share.
+pub mod topology_level {
+    /// The same board (a GPU with itself).
+    pub const INTERNAL: u32 = 0;
+    /// A PCIe host bridge: both hang off the same root complex.
+    pub const HOSTBRIDGE: u32 = 30;
+    /// The same NUMA node, different host bridges.
+    pub const NODE: u32 = 40;
+    /// Across the CPUs' interconnect (SMP).
+    pub const SYSTEM: u32 = 50;
+}
+
+impl Device {
+    /// The level at which this GPU's and `other`'s paths to the CPU meet, from the document's
+    /// PCIe roots and NUMA nodes (GPU feature discovery and NVIDIA's device plugin weigh GPU
+    /// pairs by it).
+    pub fn common_ancestor(&self, other: &Device) -> u32 {
+        if self.uuid == other.uuid {
+            topology_level::INTERNAL
+        } else if !self.pcie_root.is_empty() && self.pcie_root == other.pcie_root {
+            topology_level::HOSTBRIDGE
+        } else if self.numa_node.is_some() && self.numa_node == other.numa_node {
+            topology_level::NODE
+        } else {
+            topology_level::SYSTEM
+        }
+    }
 }
 
 /// A MIG instance (a "MIG device handle" in NVML).
@@ -131,6 +163,8 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
         architecture: architecture_of(&document.architecture),
         mig_enabled: !gpu.mig_devices.is_empty(),
         mig_devices,
+        numa_node: gpu.numa_node,
+        pcie_root: gpu.pcie_root.clone(),
     }
 }
 
@@ -271,6 +305,34 @@ mod tests {
             gpus: vec![partitioned, gpu(0, "01")],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn gpu_pairs_meet_where_their_roots_and_numa_nodes_say() {
+        let placed = |index: u32, zone: Option<u32>, root: &str| GpuTopology {
+            id: format!("GPU-{index}"),
+            index,
+            numa_node: zone,
+            pcie_root: root.into(),
+            ..Default::default()
+        };
+        let document = NodeTopology {
+            gpus: vec![
+                placed(0, Some(0), "pci0000:00"),
+                placed(1, Some(0), "pci0000:00"),
+                placed(2, Some(0), "pci0001:00"),
+                placed(3, Some(1), "pci0002:00"),
+                placed(4, None, ""),
+            ],
+            ..Default::default()
+        };
+        let machine = Machine::of(&document, &Visible::All);
+        let level = |a: usize, b: usize| machine.devices[a].common_ancestor(&machine.devices[b]);
+        assert_eq!(level(0, 0), topology_level::INTERNAL);
+        assert_eq!(level(0, 1), topology_level::HOSTBRIDGE);
+        assert_eq!(level(0, 2), topology_level::NODE);
+        assert_eq!(level(2, 3), topology_level::SYSTEM);
+        assert_eq!(level(4, 0), topology_level::SYSTEM);
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Where the library's answers come from: the node's topology document, at the path
-//! [`TOPOLOGY_ENV`] names (else [`DEFAULT_TOPOLOGY`]), seen through `NVIDIA_VISIBLE_DEVICES`.
+//! [`TOPOLOGY_ENV`] names, else [`DOCUMENT_BESIDE_LIBRARY`] in the library's own directory,
+//! seen through `NVIDIA_VISIBLE_DEVICES`.
+
+use std::path::{Path, PathBuf};
 
 use fakegpu_api::{
-    names::nvml::{DEFAULT_TOPOLOGY, TOPOLOGY_ENV},
+    names::nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
     topology::{NodeTopology, TopologyError},
 };
 
@@ -23,11 +26,42 @@ pub enum LoadError {
     Invalid { path: String, source: TopologyError },
 }
 
-/// The machine this process sees now.
-pub fn load() -> Result<Machine, LoadError> {
-    let path = std::env::var(TOPOLOGY_ENV).unwrap_or_else(|_| DEFAULT_TOPOLOGY.to_owned());
+/// The machine this process sees now; `code` is an address inside this library.
+pub fn load(code: usize) -> Result<Machine, LoadError> {
+    let path = match std::env::var(TOPOLOGY_ENV) {
+        Ok(path) => path,
+        Err(_) => beside(code)
+            .ok_or_else(|| {
+                LoadError::Missing(format!("(beside this library) {DOCUMENT_BESIDE_LIBRARY}"))
+            })?
+            .to_string_lossy()
+            .into_owned(),
+    };
     let visible = Visible::parse(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
     load_from(&path, &visible)
+}
+
+/// The document's path beside the file mapped at `code` (this library, wherever it was loaded
+/// from: a driver root may be mounted anywhere in a container).
+fn beside(code: usize) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let file = mapped_file(&maps, code)?;
+    Some(file.parent()?.join(DOCUMENT_BESIDE_LIBRARY))
+}
+
+/// The file of the mapping in `maps` (the format of `/proc/<pid>/maps`) that holds `address`.
+fn mapped_file(maps: &str, address: usize) -> Option<&Path> {
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let (start, end) = (
+            usize::from_str_radix(start, 16).ok()?,
+            usize::from_str_radix(end, 16).ok()?,
+        );
+        // perms, offset, device, inode, then the path (which may hold spaces).
+        let path = line.splitn(6, char::is_whitespace).nth(5)?.trim_start();
+        (start <= address && address < end && path.starts_with('/')).then(|| Path::new(path))
+    })
 }
 
 pub fn load_from(path: &str, visible: &Visible) -> Result<Machine, LoadError> {
@@ -48,4 +82,47 @@ pub fn load_from(path: &str, visible: &Visible) -> Result<Machine, LoadError> {
         source,
     })?;
     Ok(Machine::of(&document, visible))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mapping_holding_an_address_names_its_file() {
+        let maps = "\
+55d0c0a00000-55d0c0a20000 r--p 00000000 08:01 123  /usr/bin/prog
+7f1e40000000-7f1e40100000 r-xp 00010000 08:01 456  /var/lib/fakegpu/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03
+7f1e40100000-7f1e40200000 rw-p 00000000 00:00 0 
+7f1e40200000-7f1e40300000 r-xp 00000000 08:01 789  /opt/with space/lib.so
+";
+        assert_eq!(
+            mapped_file(maps, 0x7f1e_4000_0100),
+            Some(Path::new(
+                "/var/lib/fakegpu/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03"
+            ))
+        );
+        assert_eq!(
+            mapped_file(maps, 0x7f1e_4010_0000),
+            None,
+            "anonymous mapping"
+        );
+        assert_eq!(
+            mapped_file(maps, 0x7f1e_4020_0000),
+            Some(Path::new("/opt/with space/lib.so"))
+        );
+        assert_eq!(mapped_file(maps, 0x10), None);
+    }
+
+    #[test]
+    fn this_code_is_found_in_the_running_executable() {
+        // Linked into the test binary, the library's code lies in the test executable.
+        let code = the_mapping_holding_an_address_names_its_file as *const () as usize;
+        let exe = std::env::current_exe().ok();
+        let dir = exe.as_deref().and_then(Path::parent);
+        assert_eq!(
+            beside(code).as_deref(),
+            dir.map(|d| d.join(DOCUMENT_BESIDE_LIBRARY)).as_deref()
+        );
+    }
 }

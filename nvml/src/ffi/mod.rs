@@ -73,7 +73,7 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 fn init() -> Return {
     let mut state = state();
     if state.references == 0 {
-        match source::load() {
+        match source::load(nvmlInit_v2 as *const () as usize) {
             Ok(machine) => state.machine = Some(Box::leak(Box::new(machine))),
             Err(source::LoadError::Missing(_)) => return ERROR_DRIVER_NOT_LOADED,
             Err(_) => return ERROR_UNKNOWN,
@@ -409,6 +409,19 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
             put(major, d.compute_capability.0);
             put(minor, d.compute_capability.1)
         }
+    }))
+}
+
+/// `nvmlGpuTopologyLevel_t` for a pair of GPUs; MIG handles have no PCIe path of their own.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
+    device1: DeviceHandle,
+    device2: DeviceHandle,
+    path_info: *mut c_uint,
+) -> Return {
+    answer(gpu(device1).and_then(|first| {
+        let second = gpu(device2)?;
+        Ok(unsafe { put(path_info, first.common_ancestor(second)) })
     }))
 }
 

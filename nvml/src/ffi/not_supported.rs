@@ -209,7 +209,6 @@ not_supported! {
     nvmlDeviceGetTemperatureThreshold
     nvmlDeviceGetTemperatureV
     nvmlDeviceGetThermalSettings
-    nvmlDeviceGetTopologyCommonAncestor
     nvmlDeviceGetTopologyNearestGpus
     nvmlDeviceGetTotalEccErrors
     nvmlDeviceGetTotalEnergyConsumption
