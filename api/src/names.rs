@@ -238,6 +238,15 @@ pub mod resource {
     /// Prefix of the extended resources of MIG instances under the mixed strategy
     /// (`nvidia.com/mig-1g.10gb`).
     pub const MIG_PREFIX: &str = "nvidia.com/mig-";
+
+    /// The extended resource of MIG `profile`'s instances (`nvidia.com/mig-1g.10gb.me` for
+    /// `1g.10gb+me`), as NVIDIA's device plugin names it.
+    pub fn mig_resource(profile: &str) -> String {
+        format!(
+            "{MIG_PREFIX}{}",
+            crate::profiles::published_mig_name(profile)
+        )
+    }
     /// DRA driver name of GPUs and MIG devices, as NVIDIA's DRA driver names it; DeviceClass CEL
     /// selectors and users' ResourceClaims match on it.
     pub const GPU_DRIVER: &str = "gpu.nvidia.com";

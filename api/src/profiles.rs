@@ -99,7 +99,8 @@ pub const MIG_MEMORY_SLICES: u32 = 8;
 /// One MIG GPU-instance profile a product supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MigProfile {
-    /// Profile name as nvidia-smi and the extended resource suffix spell it (`1g.10gb`).
+    /// Profile name as NVML and nvidia-smi spell it (`1g.10gb`, `1g.10gb+me`); labels and
+    /// resource names publish it through [`published_mig_name`].
     pub name: &'static str,
     /// NVML GPU-instance profile id (19 for 1g.*, 14 for 2g.*, ...); part of DRA MIG device names.
     pub gi_profile_id: u32,
@@ -440,6 +441,13 @@ pub fn profile_by_product(product: &str) -> Option<&'static GpuProfile> {
     PROFILES
         .iter()
         .find(|p| product_label_value(p.product).eq_ignore_ascii_case(&wanted))
+}
+
+/// A MIG profile's name as GFD and NVIDIA's device plugin publish it in label keys, extended
+/// resource names and the MIG product suffix: `+` (not valid there) becomes `.`
+/// (`1g.10gb+me` is published as `1g.10gb.me`). NVML, nvidia-smi and DRA attributes keep `+`.
+pub fn published_mig_name(profile: &str) -> String {
+    profile.replace('+', ".")
 }
 
 /// The `nvidia.com/gpu.product` label value of a product name, as the reference writes it:

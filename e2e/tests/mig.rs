@@ -414,10 +414,7 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
                 && capacity(&n, "nvidia.com/mig-2g.20gb").is_none()
                 && !n.labels().contains_key("nvidia.com/mig.config.state")
                 && !n.labels().contains_key("nvidia.com/mig-4g.40gb.count")
-                && n.labels()
-                    .get("nvidia.com/mig.strategy")
-                    .map(String::as_str)
-                    == Some("none")
+                && !n.labels().contains_key("nvidia.com/mig.strategy")
                 && !n.annotations().contains_key("run.ai/mig-mapping");
             Ok(done.then_some(()))
         })

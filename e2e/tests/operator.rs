@@ -173,7 +173,7 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
             ("nvidia.com/cuda.runtime.major", "12"),
             ("nvidia.com/cuda.runtime.minor", "4"),
             ("nvidia.com/mig.capable", "true"),
-            ("nvidia.com/mig.strategy", "none"),
+            // No nvidia.com/mig.strategy: GFD writes it for `single` and `mixed` only.
             ("nvidia.com/mps.capable", "false"),
             ("nvidia.com/vgpu.present", "false"),
             // KWOK nodes: no device-plugin / DRA deploy labels, the operator serves them.

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use fakegpu_api::{
     dra::{gpu_device_name, mig_device_name},
     names::{annotation, label, resource},
+    profiles::published_mig_name,
     topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
     utilization::{UtilizationRange, UtilizationRangeError, WorkloadType},
 };
@@ -450,7 +451,8 @@ fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
         }
         for mig in mig_devices.iter_mut() {
             slots.push(Slot {
-                kind: Kind::Mig(mig.profile.clone()),
+                // As pods request it: the profile's published name.
+                kind: Kind::Mig(published_mig_name(&mig.profile)),
                 uuid: mig.uuid.clone(),
                 index: *index,
                 name: mig_device_name(*index, mig),
@@ -1099,6 +1101,22 @@ mod tests {
 
     fn holder(status: &GpuStatus) -> &str {
         status.allocated_by.pod.as_str()
+    }
+
+    #[test]
+    fn a_profile_with_a_plus_is_held_by_its_published_resource() {
+        let limits = json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
+            "resources": {"limits": {"nvidia.com/mig-1g.10gb.me": "1"}}}]}});
+        let media = user(&pod("media", "2026-01-01T00:00:00Z", limits), &[]);
+        let mut topology = partitioned();
+        topology[0].mig_devices[2].profile = "1g.10gb+me".into();
+        assign(&mut topology, std::slice::from_ref(&media), false);
+        let held: Vec<&str> = topology[0]
+            .mig_devices
+            .iter()
+            .map(|m| holder(&m.status))
+            .collect();
+        assert_eq!(held, ["", "", "media"]);
     }
 
     #[test]

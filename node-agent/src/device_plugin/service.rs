@@ -7,6 +7,7 @@ use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
 use fakegpu_api::{
     names::{container_env, resource},
+    profiles::published_mig_name,
     topology::NodeTopology,
 };
 use futures::{Stream, StreamExt};
@@ -42,7 +43,7 @@ impl Offer {
     pub fn resource(&self) -> String {
         match self {
             Self::Gpus => resource::GPU.to_owned(),
-            Self::Mig(profile) => format!("{}{profile}", resource::MIG_PREFIX),
+            Self::Mig(profile) => resource::mig_resource(profile),
         }
     }
 
@@ -50,7 +51,7 @@ impl Offer {
     pub fn socket(&self) -> String {
         match self {
             Self::Gpus => "nvidia-gpu.sock".to_owned(),
-            Self::Mig(profile) => format!("nvidia-mig-{profile}.sock"),
+            Self::Mig(profile) => format!("nvidia-mig-{}.sock", published_mig_name(profile)),
         }
     }
 }
@@ -381,5 +382,12 @@ mod tests {
         assert_eq!(ok.envs[container_env::NODE_NAME], "n");
         assert_eq!(ok.mounts[0].container_path, container_env::NVIDIA_SMI_PATH);
         assert!(ok.mounts[0].read_only);
+    }
+
+    #[test]
+    fn a_profile_with_a_plus_is_offered_under_its_published_name() {
+        let offer = Offer::Mig("1g.10gb+me".into());
+        assert_eq!(offer.resource(), "nvidia.com/mig-1g.10gb.me");
+        assert_eq!(offer.socket(), "nvidia-mig-1g.10gb.me.sock");
     }
 }

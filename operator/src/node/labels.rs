@@ -7,7 +7,7 @@ use fakegpu_api::{
     meta::{CACHED_LABELS, digest, record_digest, same_content},
     names::{FIELD_MANAGER, fakegpu::POOL_LABEL, label},
     pool::{GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
-    profiles::{MigEngines, product_label_value},
+    profiles::{MigEngines, product_label_value, published_mig_name},
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -76,7 +76,10 @@ pub fn desired_labels(
 
     let mig_capable = gpu.catalog.is_some_and(|p| p.mig_capable());
     set(label::MIG_CAPABLE, mig_capable.to_string());
-    set(label::MIG_STRATEGY, gpu.mig_strategy_name().into());
+    // GFD writes the strategy only for `single` and `mixed`.
+    if gpu.mig.is_some() {
+        set(label::MIG_STRATEGY, gpu.mig_strategy_name().into());
+    }
     if let Some(plan) = &gpu.mig {
         mig_labels(plan, &gpu.product, &mut set);
     }
@@ -109,7 +112,11 @@ fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String))
             if let Some((_, profile)) = counts.values().next() {
                 set(
                     label::GPU_PRODUCT,
-                    format!("{}-MIG-{}", product_label_value(product), profile.name),
+                    format!(
+                        "{}-MIG-{}",
+                        product_label_value(product),
+                        published_mig_name(profile.name)
+                    ),
                 );
                 set(label::GPU_COUNT, plan.instances().to_string());
                 set(label::GPU_MEMORY, profile.memory_mib.to_string());
@@ -126,6 +133,7 @@ fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String))
         }
         MigStrategy::Mixed => {
             for (name, (count, profile)) in counts {
+                let name = published_mig_name(name);
                 let key = |suffix: &str| format!("{}{name}.{suffix}", label::MIG_PROFILE_PREFIX);
                 set(&key("count"), count.to_string());
                 set(&key("memory"), profile.memory_mib.to_string());
@@ -335,6 +343,22 @@ mod tests {
     }
 
     #[test]
+    fn mig_names_with_a_plus_are_published_with_a_dot() {
+        let layout = |strategy| {
+            json!({"gpu": {"profile": "h100", "count": 1},
+                "mig": {"strategy": strategy, "layout": [{"profiles": ["1g.10gb+me"]}]}})
+        };
+        let mixed = labels_of(layout("mixed"), true);
+        assert_eq!(mixed["nvidia.com/mig-1g.10gb.me.count"], "1");
+        assert!(mixed.keys().all(|k| !k.contains('+')), "{mixed:#?}");
+        let single = labels_of(layout("single"), true);
+        assert_eq!(
+            single[label::GPU_PRODUCT],
+            "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
+        );
+    }
+
+    #[test]
     fn unknown_products_have_no_family_and_two_part_drivers_no_revision() {
         let spec = json!({"gpu": {"product": "Imaginary GPU", "count": 1, "memoryMiB": 1024,
             "driverVersion": "555.42", "cudaVersion": "12.5"}});
@@ -342,7 +366,7 @@ mod tests {
         assert!(!labels.contains_key(label::GPU_FAMILY));
         assert_eq!(labels[label::CUDA_DRIVER_VERSION_REVISION], "");
         assert_eq!(labels[label::GPU_PRODUCT], "Imaginary-GPU");
-        assert_eq!(labels[label::MIG_STRATEGY], "none");
+        assert!(!labels.contains_key(label::MIG_STRATEGY), "GFD writes none");
         assert_eq!(labels[label::MIG_CAPABLE], "false");
         // MIG on a product the catalog does not know is the pool's condition, not labels.
         let mut with_mig = spec;

@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     GpuNodePool,
     meta::CACHED_OWNED_STATUS,
-    names::{condition::GPU_FRACTIONING_READY, resource},
+    names::{
+        condition::GPU_FRACTIONING_READY,
+        resource::{self, mig_resource},
+    },
     pool::{Backend, MigStrategy, resolve::ResolvedGpu},
 };
 use k8s_openapi::{
@@ -99,7 +102,7 @@ fn gpu_resources(gpu: &ResolvedGpu) -> Vec<(String, Quantity)> {
             resources.extend(
                 plan.counts()
                     .into_iter()
-                    .map(|(name, (n, _))| (format!("{}{name}", resource::MIG_PREFIX), count(n))),
+                    .map(|(name, (n, _))| (mig_resource(name), count(n))),
             );
             resources
         }
@@ -394,6 +397,16 @@ mod tests {
             desired_resources(&single, &gpu, true)["nvidia.com/gpu"].0,
             "4"
         );
+        // `+` is not valid in a resource name: NVIDIA's device plugin writes `.`.
+        let media = pool(
+            "me",
+            1,
+            json!({"gpu": {"profile": "h100", "count": 1}, "mig": {"strategy": "mixed",
+                "layout": [{"profiles": ["1g.10gb+me"]}]}}),
+        );
+        let gpu = fakegpu_api::pool::resolve::resolve_pool(&media.spec).expect("resolves");
+        let names: Vec<String> = desired_resources(&media, &gpu, true).into_keys().collect();
+        assert_eq!(names, ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb.me"]);
     }
 
     #[test]
