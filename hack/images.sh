@@ -3,7 +3,8 @@
 # archive per image under target/images/, named exactly as the install bundle (config/) names
 # the images, so that loading an archive is all a cluster needs.
 #
-#   hack/images.sh             build the binaries (release, x86_64-unknown-linux-musl) and the archives
+#   hack/images.sh             build the binaries (release, x86_64-unknown-linux-musl; the NVML
+#                              library for glibc, as NVIDIA's components load it) and the archives
 #   hack/images.sh archives    only (re)write the archives from binaries already built
 #   hack/images.sh refs        print the image references the bundle names
 #   hack/images.sh push REGISTRY   copy the archives to REGISTRY with skopeo, as
@@ -24,6 +25,10 @@ source "$repo/hack/lib/oci.sh"
 
 target=x86_64-unknown-linux-musl
 bins=$repo/target/$target/release
+# The NVML library is loaded into NVIDIA's glibc binaries (device plugin, GFD, DRA driver), so it
+# is built for glibc; the node agent's image carries it for the driver roots it lays out.
+nvml_target=x86_64-unknown-linux-gnu
+nvml_library=$repo/target/$nvml_target/release/libnvidia_ml.so
 out=${FAKEGPU_IMAGES_DIR:-$repo/target/images}
 images=(fakegpu-operator fakegpu-exporter fakegpu-node-agent)
 
@@ -49,17 +54,22 @@ build() {
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
     cargo build --locked --release --target "$target" \
     -p fakegpu-operator -p fakegpu-exporter -p fakegpu-node-agent >&2
+  RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
+    cargo build --locked --release --target "$nvml_target" -p fakegpu-nvml >&2
   log "built in $((SECONDS - start))s"
 }
 
 # The files of one image: its binary, and for the node agent the nvidia-smi it installs on the
-# node for containers given GPUs (it looks for it beside its own binary).
+# node for containers given GPUs (it looks for it beside its own binary) and the NVML library
+# it copies into driver roots (api::names::nvml::SHIPPED_LIBRARY).
 rootfs_of() { # <image> <dir>
   local image=$1 dir=$2
   mkdir -p "$dir/usr/local/bin"
   install -m 0755 "$bins/$image" "$dir/usr/local/bin/$image"
   if [[ $image == fakegpu-node-agent ]]; then
     install -m 0755 "$bins/nvidia-smi" "$dir/usr/local/bin/nvidia-smi"
+    install -D -m 0644 "$nvml_library" "$dir/usr/local/lib/fakegpu/libnvidia-ml.so.1"
+    chmod 0755 "$dir/usr/local/lib" "$dir/usr/local/lib/fakegpu"
   fi
   chmod 0755 "$dir" "$dir/usr" "$dir/usr/local" "$dir/usr/local/bin"
 }
@@ -73,6 +83,7 @@ archives() {
   mkdir -p "$out"
   for image in "${images[@]}"; do
     [[ -x $bins/$image ]] || die "$bins/$image is not built: run $0"
+    [[ $image != fakegpu-node-agent || -f $nvml_library ]] || die "$nvml_library is not built: run $0"
     ref=$(ref_of "$image")
     work=$(mktemp -d)
     rootfs_of "$image" "$work"

@@ -109,6 +109,8 @@ hack/node.sh up
 hack/node.sh bundle --pull-from "$registry"
 
 step "e2e tests on the real node, inside real containers"
+# NVIDIA's GPU feature discovery and device plugin, for the `backend: mock` test.
+hack/nvidia-components.sh >/dev/null
 FAKEGPU_REAL_NODE=$(hack/node.sh name) \
   cargo test --locked -p fakegpu-e2e --test real_node -- --ignored --test-threads=1
 

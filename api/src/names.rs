@@ -100,6 +100,10 @@ pub mod label {
     pub const DEPLOY_DEVICE_PLUGIN: &str = "nvidia.com/gpu.deploy.device-plugin";
     /// Reference: schedules the DRA kubelet plugin; nodes with a kubelet serving DRA.
     pub const DEPLOY_DRA_PLUGIN: &str = "nvidia.com/gpu.deploy.dra-plugin-gpu";
+    /// Set by the operator on nodes with a kubelet in `backend: mock` pools: the bundle's
+    /// driver-root DaemonSet runs there (it lays out the NVML library NVIDIA's components load)
+    /// and fakegpu's own kubelet plugins stay off (their affinity requires it absent).
+    pub const DEPLOY_DRIVER_ROOT: &str = "fakegpu.dev/deploy.driver-root";
     /// The reference's deploy label of its compute-domain DRA plugin: set on nodes with a
     /// kubelet whose pool serves ComputeDomains; the compute-domain DaemonSet selects it.
     pub const DEPLOY_COMPUTE_DOMAIN_PLUGIN: &str =
@@ -164,6 +168,7 @@ pub mod label {
         DEPLOY_DEVICE_PLUGIN,
         DEPLOY_DRA_PLUGIN,
         DEPLOY_COMPUTE_DOMAIN_PLUGIN,
+        DEPLOY_DRIVER_ROOT,
         GPU_MULTIPROCESSORS,
         GPU_SLICES_GI,
         GPU_SLICES_CI,

@@ -7,7 +7,7 @@
 //! host process and there is no real node; hack/test.sh runs them in a phase of their own, one
 //! at a time (they share the one node), with `--ignored`.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, bail, ensure};
 use fakegpu_api::{
@@ -1427,4 +1427,210 @@ async fn two_operator_replicas_elect_one_leader_and_fail_over() -> anyhow::Resul
     result
         .and(restored.map(drop).map_err(Into::into))
         .and(alone.map(drop))
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node, the bundle in-cluster and hack/nvidia-components.sh: hack/test.sh runs it"]
+async fn nvidia_s_own_components_run_against_a_mock_pool_s_driver_root() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-mock",
+        json!({"gpu": {"profile": "h100", "count": 2, "backend": "mock"},
+            "interfaces": {"devicePlugin": true}}),
+        mock_driver_root,
+    )
+    .await?;
+    // The node left the pool (and its agent is gone): nothing of the root is left.
+    let root = fakegpu_api::names::nvml::DRIVER_ROOT;
+    let left: Vec<_> = std::fs::read_dir(root)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    ensure!(left.is_empty(), "{root} still holds {left:?}");
+    Ok(())
+}
+
+/// NVIDIA's binaries, built by hack/nvidia-components.sh.
+fn nvidia_binary(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let path = fakegpu_e2e::repo_root()
+        .join("target/hack-bin/nvidia")
+        .join(name);
+    ensure!(
+        path.is_file(),
+        "{} is not built: run hack/nvidia-components.sh",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// GPU feature discovery, once, against the driver root: its library path and, in a mount
+/// namespace of its own (the host's sysfs stays as it is), the root's PCI functions where it
+/// reads them. Returns the labels it writes.
+fn gpu_feature_discovery(root: &std::path::Path) -> anyhow::Result<BTreeMap<String, String>> {
+    use fakegpu_api::names::nvml::{LIBRARY_DIR, PCI_DEVICES};
+    let scratch = std::env::temp_dir().join(unique_name("gfd"));
+    std::fs::create_dir_all(&scratch)?;
+    let (output, machine) = (scratch.join("labels"), scratch.join("product_name"));
+    std::fs::write(&machine, "fakegpu\n")?;
+    let run = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" /sys/bus/pci/devices && shift && exec "$@""#)
+        .arg("sh")
+        .arg(root.join(PCI_DEVICES))
+        .arg(nvidia_binary("gpu-feature-discovery")?)
+        .args(["--oneshot", "--no-timestamp", "--fail-on-init-error"])
+        .arg(format!("--output-file={}", output.display()))
+        .arg(format!("--machine-type-file={}", machine.display()))
+        .env("LD_LIBRARY_PATH", root.join(LIBRARY_DIR))
+        .output()?;
+    let labels = std::fs::read_to_string(&output);
+    std::fs::remove_dir_all(&scratch)?;
+    ensure!(
+        run.status.success(),
+        "gpu-feature-discovery failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Ok(labels?
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect())
+}
+
+async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    use fakegpu_api::{
+        GpuNodePool,
+        names::nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
+    };
+    let node = real_node();
+    let root = std::path::Path::new(DRIVER_ROOT);
+    agents_ready(client, &node, &["fakegpu-driver-root"]).await?;
+    // fakegpu's own plugins stay off the node: NVIDIA's serve it.
+    let (agents, labels) = fakegpu_on_node(client, &node).await?;
+    ensure!(agents == 1, "{agents} node agents on a mock node");
+    ensure!(labels.iter().any(|l| l == label::DEPLOY_DRIVER_ROOT));
+    let status = Api::<GpuNodePool>::all(client.clone())
+        .get(pool)
+        .await?
+        .status;
+    ensure!(
+        status.and_then(|s| s.driver_root).as_deref() == Some(DRIVER_ROOT),
+        "the pool's status names no driver root"
+    );
+
+    // The library NVIDIA's components load answers from the node's document.
+    let document = pool_document(client, &node, pool).await?;
+    let beside = root.join(LIBRARY_DIR).join(DOCUMENT_BESIDE_LIBRARY);
+    eventually(
+        "the node's document in the driver root",
+        CONVERGE,
+        || async {
+            let text = std::fs::read_to_string(&beside).unwrap_or_default();
+            Ok(NodeTopology::from_yaml(&text)
+                .is_ok_and(|laid_out| laid_out.gpus == document.gpus)
+                .then_some(()))
+        },
+    )
+    .await?;
+    ensure!(root.join(LIBRARY_DIR).join(LIBRARY_SONAME).is_file());
+
+    // GPU feature discovery labels the node as fakegpu did (fakegpu does not write the DMI
+    // machine name, and writes what GFD leaves to NFD and the GPU Operator).
+    let gfd = gpu_feature_discovery(root)?;
+    let node_labels = Api::<Node>::all(client.clone())
+        .get(&node)
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    ensure!(
+        gfd.get(label::GPU_COUNT).map(String::as_str) == Some("2"),
+        "GFD: {gfd:#?}"
+    );
+    let differing: Vec<_> = gfd
+        .iter()
+        .filter(|(k, _)| k.as_str() != "nvidia.com/gpu.machine")
+        .filter(|(k, v)| node_labels.get(*k) != Some(*v))
+        .collect();
+    ensure!(
+        differing.is_empty(),
+        "GFD labels fakegpu's differ from: {differing:?}"
+    );
+    let only_fakegpu: Vec<_> = node_labels
+        .keys()
+        .filter(|k| k.starts_with("nvidia.com/") && !gfd.contains_key(*k))
+        .filter(|k| *k != label::GPU_PRESENT && !k.starts_with("nvidia.com/gpu.deploy."))
+        .collect();
+    ensure!(
+        only_fakegpu.is_empty(),
+        "labels GFD does not write: {only_fakegpu:?}"
+    );
+
+    // NVIDIA's device plugin serves the node's GPUs to the kubelet from the same root, and a
+    // pod gets one of the document's GPUs through it.
+    let log = fakegpu_e2e::cluster_dir().join("logs/nvidia-device-plugin.log");
+    let mut plugin = std::process::Command::new(nvidia_binary("nvidia-device-plugin")?)
+        .arg(format!("--driver-root={DRIVER_ROOT}"))
+        .arg(format!("--driver-root-ctr-path={DRIVER_ROOT}"))
+        // "auto" looks for the library on the host's own paths, where a GPU Operator's
+        // container toolkit would have put it; with a driver root the strategy is named.
+        .arg("--device-discovery-strategy=nvml")
+        .arg("--fail-on-init-error=true")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let served = async {
+        // The node's allocatable may still list the devices of the previous test's plugin:
+        // wait for NVIDIA's plugin's own word that the kubelet took its registration.
+        eventually(
+            "NVIDIA's device plugin registered with the kubelet, advertising 2 GPUs",
+            CONVERGE,
+            || async {
+                let said = std::fs::read_to_string(&log)?;
+                ensure!(
+                    !said.contains("error starting plugins"),
+                    "NVIDIA's device plugin failed: {said}"
+                );
+                let registered =
+                    said.contains("Registered device plugin for 'nvidia.com/gpu' with Kubelet");
+                let count = allocatable(client, &node, "nvidia.com/gpu").await?;
+                Ok((registered && count.as_deref() == Some("2")).then_some(()))
+            },
+        )
+        .await?;
+        let visible = holding_pod(
+            client,
+            namespace,
+            "nvidia-plugin-pod",
+            json!({"limits": {"nvidia.com/gpu": 1}}),
+            json!({}),
+        )
+        .await?;
+        // NVIDIA's plugin names the GPU by the UUID the library reports (device-list strategy
+        // envvar: the container toolkit would read the variable), and the driver-root agent
+        // reports the kubelet's choice, so fakegpu's document (metrics, nvidia-smi) names the
+        // same GPU.
+        ensure!(
+            document.gpus.iter().any(|g| g.id == visible),
+            "the container got {visible:?}, not one of the document's GPUs"
+        );
+        eventually(
+            "the document records the GPU NVIDIA's plugin gave",
+            CONVERGE,
+            || async {
+                Ok((holders(client, &node).await?
+                    == [(visible.clone(), "nvidia-plugin-pod".into())])
+                .then_some(()))
+            },
+        )
+        .await
+    }
+    .await;
+    // SIGTERM: the plugin removes its socket, and the kubelet drops its devices.
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &plugin.id().to_string()])
+        .status()
+        .map_err(anyhow::Error::from)
+        .and_then(|_| Ok(plugin.wait()?));
+    served?;
+    stopped?;
+    Ok(())
 }

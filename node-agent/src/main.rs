@@ -14,6 +14,8 @@
 //! - `FAKEGPU_NVIDIA_SMI`: the fake nvidia-smi on the host (default
 //!   `/var/lib/fakegpu/bin/nvidia-smi`), and `FAKEGPU_EXPORTER_URL`, where that nvidia-smi
 //!   asks for the node's GPUs (default `http://fakegpu-exporter.<namespace>.svc:9400`);
+//! - `FAKEGPU_DRIVER_ROOT`: the host directory to lay out as an NVIDIA driver root for
+//!   NVIDIA's own components (the driver-root DaemonSet sets it on `backend: mock` nodes);
 //! - `FAKEGPU_HTTP_ADDR`: `/metrics`, `/healthz`, `/readyz` (default `0.0.0.0:8080`).
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc};
@@ -26,10 +28,11 @@ use fakegpu_api::names::{
         DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
     },
     kubelet_devices,
+    nvml::{DRIVER_ROOT_ENV, SHIPPED_LIBRARY},
 };
 use fakegpu_node_agent::{
     container::{self, ContainerEdits},
-    device_plugin, dra, metrics, topology_source,
+    device_plugin, dra, driver_root, metrics, topology_source,
 };
 use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
 use futures::{FutureExt, future::Shared};
@@ -101,6 +104,18 @@ async fn run() -> anyhow::Result<()> {
     };
     let (serve_device_plugin, serve_dra) =
         (enabled("FAKEGPU_DEVICE_PLUGIN"), enabled("FAKEGPU_DRA"));
+    let driver_root = std::env::var(DRIVER_ROOT_ENV)
+        .ok()
+        .filter(|root| !root.is_empty())
+        .map(PathBuf::from);
+    let shipped = match &driver_root {
+        Some(_) => Some(driver_root::Shipped::read(
+            SHIPPED_LIBRARY.as_ref(),
+            &container::shipped_nvidia_smi()
+                .context("the image has no nvidia-smi beside the agent")?,
+        )?),
+        None => None,
+    };
     // Off unless asked: IMEX channels exist on NVLink systems only.
     let serve_channels = env_or("FAKEGPU_COMPUTE_DOMAINS", "false") == "true";
     let serving = [
@@ -117,7 +132,7 @@ async fn run() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, compute_domains = serve_channels, http = %http_addr, "node agent starting");
+    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, compute_domains = serve_channels, driver_root = ?driver_root, http = %http_addr, "node agent starting");
     let (sender, topology) = watch::channel(None);
     let follow =
         topology_source::follow(client.clone(), &namespace, &node, sender, metrics.clone());
@@ -136,6 +151,9 @@ async fn run() -> anyhow::Result<()> {
         socket: env_or(kubelet_devices::SOCKET_ENV, kubelet_devices::DEFAULT_SOCKET).into(),
         allocated: device_plugin.allocated.clone(),
     };
+    // Which GPUs the kubelet gave each container, from fakegpu's device plugin or, on a mock
+    // node, NVIDIA's (its device IDs are the UUIDs the library reports).
+    let report = serve_device_plugin || driver_root.is_some();
     let device_plugins = {
         let plugins = device_plugin::run(
             device_plugin,
@@ -143,15 +161,41 @@ async fn run() -> anyhow::Result<()> {
             metrics.clone(),
             shutdown.clone(),
         );
-        async {
+        let shutdown = shutdown.clone();
+        async move {
             tokio::select! {
-                result = plugins => result,
-                () = reporter.run() => Ok(()),
+                result = plugins, if serve_device_plugin => result,
+                () = reporter.run(), if report => Ok(()),
+                () = shutdown => Ok(()),
             }
         }
     };
-    let plugins = futures::future::try_join3(
-        maybe(serve_device_plugin, device_plugins, shutdown.clone()),
+    let lay_out = {
+        let (client, node, topology, shutdown) = (
+            client.clone(),
+            node.clone(),
+            topology.clone(),
+            shutdown.clone(),
+        );
+        async move {
+            let (Some(root), Some(shipped)) = (driver_root, shipped) else {
+                shutdown.await;
+                return Ok(());
+            };
+            tokio::select! {
+                () = driver_root::follow(root.clone(), shipped, node.clone(), topology) => {}
+                () = shutdown => {
+                    if !driver_root::still_wanted(client, &node).await {
+                        driver_root::remove(&root, &node);
+                    }
+                }
+            }
+            Ok(())
+        }
+    };
+    let plugins = futures::future::try_join4(
+        lay_out,
+        device_plugins,
         maybe(
             serve_dra,
             dra::run(

@@ -117,7 +117,10 @@ pub enum Backend {
 #[serde(rename_all = "camelCase")]
 pub struct GpuSpec {
     /// `fake`: fakegpu advertises the GPUs itself (device plugin, DRA, KWOK capacity).
-    /// `mock`: NVIDIA's own components run against a mocked NVML library.
+    /// `mock`: NVIDIA's own device plugin, GPU feature discovery or DRA driver advertise them:
+    /// on nodes with a kubelet fakegpu lays out a driver root (`status.driverRoot`) whose NVML
+    /// library answers from the node's document, and runs none of its own kubelet plugins;
+    /// KWOK nodes get labels but no capacity.
     #[serde(default)]
     pub backend: Backend,
 
@@ -355,6 +358,10 @@ pub struct GpuNodePoolStatus {
     /// GPUs held by pods.
     #[serde(default)]
     pub allocated_gpus: u32,
+    /// `backend: mock`: where NVIDIA's components find the pool's NVML library on its nodes
+    /// with a kubelet (the bundle's driver root; pass it as their `--driver-root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_root: Option<String>,
     /// Per-node summary, sorted by name; only the first 100 nodes are listed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<PoolNodeStatus>,

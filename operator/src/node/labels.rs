@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use fakegpu_api::{
     meta::{CACHED_LABELS, digest, record_digest, same_content},
     names::{FIELD_MANAGER, fakegpu::POOL_LABEL, label},
-    pool::{GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
+    pool::{Backend, GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value, published_mig_name},
 };
 use k8s_openapi::api::core::v1::Node;
@@ -96,6 +96,9 @@ pub fn desired_labels(
         }
         if pool.spec.interfaces.compute_domains {
             set(label::DEPLOY_COMPUTE_DOMAIN_PLUGIN, yes());
+        }
+        if pool.spec.gpu.backend == Backend::Mock {
+            set(label::DEPLOY_DRIVER_ROOT, yes());
         }
     }
     labels
@@ -356,6 +359,24 @@ mod tests {
             single[label::GPU_PRODUCT],
             "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
         );
+    }
+
+    #[test]
+    fn mock_pools_get_a_driver_root_on_nodes_with_a_kubelet_only() {
+        let mock = json!({"gpu": {"profile": "h100", "backend": "mock"}});
+        let kubelet = labels_of(mock.clone(), true);
+        assert_eq!(
+            kubelet.get(label::DEPLOY_DRIVER_ROOT).map(String::as_str),
+            Some("true")
+        );
+        // NVIDIA's device plugin, deployed by its GPU Operator, selects the same label.
+        assert_eq!(
+            kubelet.get(label::DEPLOY_DEVICE_PLUGIN).map(String::as_str),
+            Some("true")
+        );
+        assert!(!labels_of(mock, false).contains_key(label::DEPLOY_DRIVER_ROOT));
+        let fake = labels_of(json!({"gpu": {"profile": "h100"}}), true);
+        assert!(!fake.contains_key(label::DEPLOY_DRIVER_ROOT));
     }
 
     #[test]

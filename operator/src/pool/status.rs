@@ -5,8 +5,8 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use fakegpu_api::{
     GpuNodePool, GpuNodePoolStatus,
-    names::fakegpu::POOL_LABEL,
-    pool::{PoolNodeStatus, resolve::resolve_pool},
+    names::{fakegpu::POOL_LABEL, nvml::DRIVER_ROOT},
+    pool::{Backend, PoolNodeStatus, resolve::resolve_pool},
 };
 use k8s_openapi::{
     api::core::v1::Node,
@@ -219,6 +219,7 @@ pub fn desired_status(
         node_count,
         gpu_count: node_count.saturating_mul(gpus_per_node),
         allocated_gpus: allocated.iter().sum(),
+        driver_root: (pool.spec.gpu.backend == Backend::Mock).then(|| DRIVER_ROOT.to_owned()),
         nodes: labelled
             .iter()
             .zip(&allocated)
@@ -329,6 +330,26 @@ mod tests {
             ("False", "Progressing")
         );
         assert_eq!(ready.message, "0 of 1 nodes carry the pool's GPUs");
+    }
+
+    #[test]
+    fn mock_pools_name_their_driver_root() {
+        let status_of = |spec| {
+            let p = pool("a", 1, spec);
+            desired_status(
+                &p,
+                std::slice::from_ref(&p),
+                &[],
+                &[],
+                &BTreeMap::new(),
+                none,
+                &time(100),
+            )
+        };
+        let mock = status_of(json!({"gpu": {"profile": "h100", "backend": "mock"}}));
+        assert_eq!(mock.driver_root.as_deref(), Some("/var/lib/fakegpu/driver"));
+        let fake = status_of(json!({"gpu": {"profile": "h100"}}));
+        assert_eq!(fake.driver_root, None);
     }
 
     #[test]
