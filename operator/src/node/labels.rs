@@ -304,7 +304,6 @@ mod tests {
             ("nvidia.com/cuda.runtime.major", "12"),
             ("nvidia.com/cuda.runtime.minor", "4"),
             ("nvidia.com/mig.capable", "true"),
-            ("nvidia.com/mig.strategy", "none"),
             ("nvidia.com/mps.capable", "false"),
             ("nvidia.com/vgpu.present", "false"),
             ("nvidia.com/gpu.deploy.dcgm-exporter", "true"),
