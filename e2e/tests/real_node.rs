@@ -1621,9 +1621,46 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
                 .then_some(()))
             },
         )
+        .await?;
+        // A fault injected on the other GPU reaches NVIDIA's plugin as an XID error through
+        // the library's events: the plugin marks the GPU unhealthy and the kubelet stops
+        // offering it.
+        let other = document
+            .gpus
+            .iter()
+            .find(|g| g.id != visible)
+            .context("a second GPU")?;
+        Api::<Node>::all(client.clone())
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    fakegpu_api::names::annotation::UNHEALTHY_GPUS: other.index.to_string()}}})),
+            )
+            .await?;
+        eventually(
+            "NVIDIA's plugin reporting the faulty GPU unhealthy",
+            CONVERGE,
+            || async {
+                let said = std::fs::read_to_string(&log)?;
+                let marked = said.contains(&format!("Xid=79 on Device={}", other.id));
+                let count = allocatable(client, &node, "nvidia.com/gpu").await?;
+                Ok((marked && count.as_deref() == Some("1")).then_some(()))
+            },
+        )
         .await
     }
     .await;
+    // The fault goes with the test (NVIDIA's plugin never marks a GPU healthy again, so the
+    // next test starts from a fresh plugin anyway).
+    let cleared = Api::<Node>::all(client.clone())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                fakegpu_api::names::annotation::UNHEALTHY_GPUS: null}}})),
+        )
+        .await;
     // SIGTERM: the plugin removes its socket, and the kubelet drops its devices.
     let stopped = std::process::Command::new("kill")
         .args(["-TERM", &plugin.id().to_string()])
@@ -1632,5 +1669,6 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
         .and_then(|_| Ok(plugin.wait()?));
     served?;
     stopped?;
+    cleared?;
     Ok(())
 }

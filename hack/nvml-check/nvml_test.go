@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -256,5 +257,59 @@ func TestNoDocumentIsNoDriver(t *testing.T) {
 	if ret := lib.Init(); ret != nvml.ERROR_DRIVER_NOT_LOADED {
 		t.Errorf("Init without a document: %v, want ERROR_DRIVER_NOT_LOADED", ret)
 		lib.Shutdown()
+	}
+}
+
+// A GPU the document marks unhealthy (the operator does for fakegpu.dev/unhealthy-gpus) raises
+// a critical XID error, as NVIDIA's device plugin waits for one, once; and the document is read
+// again while the caller waits, so a fault injected later is seen.
+func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
+	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "topology.yml")
+	if err := os.WriteFile(path, original, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := session(t, path, "")
+	set, ret := lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		t.Fatalf("EventSetCreate: %v", ret)
+	}
+	defer set.Free()
+	var devices []nvml.Device
+	for i := 0; i < 2; i++ {
+		dev, _ := lib.DeviceGetHandleByIndex(i)
+		supported, ret := dev.GetSupportedEventTypes()
+		check(t, "XID among the supported events", supported&nvml.EventTypeXidCriticalError != 0, ret, true)
+		if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
+			t.Fatalf("RegisterEvents: %v", ret)
+		}
+		devices = append(devices, dev)
+	}
+	if _, ret := set.Wait(100); ret != nvml.ERROR_TIMEOUT {
+		t.Fatalf("healthy GPUs: %v, want ERROR_TIMEOUT", ret)
+	}
+	doc := read(t, path)
+	faulty := strings.Replace(string(original), "  index: 1\n", "  index: 1\n  health: Unhealthy\n", 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = os.WriteFile(path, []byte(faulty), 0o644)
+	}()
+	event, ret := set.Wait(5000)
+	if ret != nvml.SUCCESS {
+		t.Fatalf("after the fault: %v", ret)
+	}
+	uuid, _ := event.Device.GetUUID()
+	check(t, "faulty GPU", uuid, ret, doc.Gpus[1].ID)
+	check(t, "event type", event.EventType, ret, uint64(nvml.EventTypeXidCriticalError))
+	check(t, "XID", event.EventData, ret, uint64(79))
+	check(t, "GPU instance of a whole GPU", event.GpuInstanceId, ret, uint32(0xFFFFFFFF))
+	if event.Device != devices[1] {
+		t.Errorf("the event's handle is not GPU 1's")
+	}
+	if _, ret := set.Wait(100); ret != nvml.ERROR_TIMEOUT {
+		t.Errorf("the same fault again: %v, want ERROR_TIMEOUT", ret)
 	}
 }

@@ -5,10 +5,12 @@
 //!
 //! - [`machine`]: what NVML reports, computed from the document (pure);
 //! - [`source`]: where the document is read from, and which GPUs this process sees;
+//! - [`events`]: the XID errors GPUs the document marks unhealthy raise;
 //! - `ffi`: the C ABI, the crate's only unsafe code, with every other NVML function of
 //!   `nvml.h` answering `NVML_ERROR_NOT_SUPPORTED` (a caller binding one gets an error rather
 //!   than a missing symbol).
 
+pub mod events;
 mod ffi;
 pub mod machine;
 pub mod source;

@@ -56,6 +56,9 @@ pub struct Device {
     /// Where the GPU hangs off the host: its NUMA node and its PCIe root complex.
     pub numa_node: Option<u32>,
     pub pcie_root: String,
+    /// False when the document marks the GPU unhealthy (`fakegpu.dev/unhealthy-gpus`): the
+    /// library then reports a critical XID error for it to whoever registered for events.
+    pub healthy: bool,
 }
 
 /// NVML's `nvmlGpuTopologyLevel_t`: the closest thing two GPUs' PCIe paths share.
@@ -165,6 +168,7 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
         mig_devices,
         numa_node: gpu.numa_node,
         pcie_root: gpu.pcie_root.clone(),
+        healthy: gpu.health.is_healthy(),
     }
 }
 

@@ -26,19 +26,33 @@ pub enum LoadError {
     Invalid { path: String, source: TopologyError },
 }
 
-/// The machine this process sees now; `code` is an address inside this library.
-pub fn load(code: usize) -> Result<Machine, LoadError> {
-    let path = match std::env::var(TOPOLOGY_ENV) {
-        Ok(path) => path,
-        Err(_) => beside(code)
-            .ok_or_else(|| {
-                LoadError::Missing(format!("(beside this library) {DOCUMENT_BESIDE_LIBRARY}"))
-            })?
-            .to_string_lossy()
-            .into_owned(),
-    };
-    let visible = Visible::parse(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
-    load_from(&path, &visible)
+/// Where this process's answers come from: the document's path and what the container sees.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub path: String,
+    pub visible: Visible,
+}
+
+impl Source {
+    /// The source of this process; `code` is an address inside this library.
+    pub fn locate(code: usize) -> Result<Self, LoadError> {
+        let path = match std::env::var(TOPOLOGY_ENV) {
+            Ok(path) => path,
+            Err(_) => beside(code)
+                .ok_or_else(|| {
+                    LoadError::Missing(format!("(beside this library) {DOCUMENT_BESIDE_LIBRARY}"))
+                })?
+                .to_string_lossy()
+                .into_owned(),
+        };
+        let visible = Visible::parse(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
+        Ok(Self { path, visible })
+    }
+
+    /// The machine the document describes now.
+    pub fn load(&self) -> Result<Machine, LoadError> {
+        load_from(&self.path, &self.visible)
+    }
 }
 
 /// The document's path beside the file mapped at `code` (this library, wherever it was loaded

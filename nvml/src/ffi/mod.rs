@@ -3,6 +3,7 @@
 //! it out; the contracts are NVML's, as its header documents them.
 #![allow(unsafe_code, clippy::missing_safety_doc)]
 
+mod events;
 mod not_supported;
 
 use std::{
@@ -24,6 +25,7 @@ pub const ERROR_NOT_SUPPORTED: Return = 3;
 pub const ERROR_NOT_FOUND: Return = 6;
 pub const ERROR_INSUFFICIENT_SIZE: Return = 7;
 pub const ERROR_DRIVER_NOT_LOADED: Return = 9;
+pub const ERROR_TIMEOUT: Return = 10;
 pub const ERROR_UNKNOWN: Return = 999;
 
 /// `nvmlDevice_t`: the address of a [`Device`] or [`MigInstance`] of the loaded machine.
@@ -57,11 +59,14 @@ pub struct PciInfo {
 struct State {
     references: u32,
     machine: Option<&'static Machine>,
+    /// Where the machine was read from; events read it again.
+    source: Option<source::Source>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     references: 0,
     machine: None,
+    source: None,
 });
 
 fn state() -> std::sync::MutexGuard<'static, State> {
@@ -73,8 +78,13 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 fn init() -> Return {
     let mut state = state();
     if state.references == 0 {
-        match source::load(nvmlInit_v2 as *const () as usize) {
-            Ok(machine) => state.machine = Some(Box::leak(Box::new(machine))),
+        let loaded = source::Source::locate(nvmlInit_v2 as *const () as usize)
+            .and_then(|source| Ok((source.load()?, source)));
+        match loaded {
+            Ok((machine, source)) => {
+                state.machine = Some(Box::leak(Box::new(machine)));
+                state.source = Some(source);
+            }
             Err(source::LoadError::Missing(_)) => return ERROR_DRIVER_NOT_LOADED,
             Err(_) => return ERROR_UNKNOWN,
         }
@@ -88,6 +98,15 @@ fn machine() -> Result<&'static Machine, Return> {
     let state = state();
     match (state.references, state.machine) {
         (1.., Some(machine)) => Ok(machine),
+        _ => Err(ERROR_UNINITIALIZED),
+    }
+}
+
+/// The loaded machine and where it was read from, if NVML is initialised.
+fn loaded() -> Result<(&'static Machine, source::Source), Return> {
+    let state = state();
+    match (state.references, state.machine, &state.source) {
+        (1.., Some(machine), Some(source)) => Ok((machine, source.clone())),
         _ => Err(ERROR_UNINITIALIZED),
     }
 }

@@ -199,7 +199,6 @@ not_supported! {
     nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts
     nvmlDeviceGetSupportedClocksEventReasons
     nvmlDeviceGetSupportedClocksThrottleReasons
-    nvmlDeviceGetSupportedEventTypes
     nvmlDeviceGetSupportedGraphicsClocks
     nvmlDeviceGetSupportedMemoryClocks
     nvmlDeviceGetSupportedPerformanceStates
@@ -240,7 +239,6 @@ not_supported! {
     nvmlDeviceQueryDrainState
     nvmlDeviceReadPRMCounters_v1
     nvmlDeviceReadWritePRM_v1
-    nvmlDeviceRegisterEvents
     nvmlDeviceRemoveGpu
     nvmlDeviceRemoveGpu_v2
     nvmlDeviceResetApplicationsClocks
@@ -294,15 +292,12 @@ not_supported! {
     nvmlDeviceWorkloadPowerProfileGetProfilesInfo
     nvmlDeviceWorkloadPowerProfileSetRequestedProfiles
     nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1
-    nvmlEventSetCreate
-    nvmlEventSetFree
     nvmlEventSetGetContextCount_v1
     nvmlEventSetGetContextData_v1
     nvmlEventSetGetContextInfo_v1
     nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1
     nvmlEventSetRegisterGpuOperationalEvents_v1
     nvmlEventSetWait
-    nvmlEventSetWait_v2
     nvmlEventSetWait_v3
     nvmlGetExcludedDeviceCount
     nvmlGetExcludedDeviceInfoByIndex

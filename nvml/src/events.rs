@@ -1,0 +1,122 @@
+//! What NVML events a simulated GPU raises: a GPU the node's document marks unhealthy reports a
+//! critical XID error, once, to each event set registered for it (NVIDIA's device plugin then
+//! marks it unhealthy and the kubelet stops offering it). A GPU healthy again may report again.
+//! Nothing else happens on a simulated GPU.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::machine::Machine;
+
+/// `nvmlEventTypeSingleBitEccError`.
+pub const SINGLE_BIT_ECC_ERROR: u64 = 0x1;
+/// `nvmlEventTypeDoubleBitEccError`.
+pub const DOUBLE_BIT_ECC_ERROR: u64 = 0x2;
+/// `nvmlEventTypeXidCriticalError`.
+pub const XID_CRITICAL_ERROR: u64 = 0x8;
+/// The event types a GPU supports here: those NVIDIA's device plugin registers for.
+pub const SUPPORTED: u64 = SINGLE_BIT_ECC_ERROR | DOUBLE_BIT_ECC_ERROR | XID_CRITICAL_ERROR;
+/// XID 79, "GPU has fallen off the bus": what an unhealthy GPU reports. NVIDIA's device plugin
+/// skips application XIDs (13, 31, 43, 45, 68, 109) but not this one.
+pub const XID_FALLEN_OFF_THE_BUS: u64 = 79;
+
+/// One event to deliver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub uuid: String,
+    pub event_type: u64,
+    pub xid: u64,
+}
+
+/// One event set: the GPUs registered with it (by UUID, with the event types asked for) and
+/// the faults already delivered.
+#[derive(Debug, Default)]
+pub struct Registrations {
+    registered: BTreeMap<String, u64>,
+    reported: BTreeSet<String>,
+}
+
+impl Registrations {
+    /// Adds `types` to what `uuid` reports to this set.
+    pub fn register(&mut self, uuid: &str, types: u64) {
+        *self.registered.entry(uuid.to_owned()).or_default() |= types & SUPPORTED;
+    }
+
+    /// The next fault `machine` (the document as it reads now) shows that this set has not been
+    /// told of; GPUs that are healthy again are forgotten, so a new fault is told again.
+    pub fn next_fault(&mut self, machine: &Machine) -> Option<Fault> {
+        let unhealthy: BTreeSet<&str> = machine
+            .devices
+            .iter()
+            .filter(|d| !d.healthy)
+            .map(|d| d.uuid.as_str())
+            .collect();
+        self.reported
+            .retain(|uuid| unhealthy.contains(uuid.as_str()));
+        let uuid = self
+            .registered
+            .iter()
+            .filter(|(_, types)| *types & XID_CRITICAL_ERROR != 0)
+            .map(|(uuid, _)| uuid)
+            .find(|uuid| unhealthy.contains(uuid.as_str()) && !self.reported.contains(*uuid))?
+            .clone();
+        self.reported.insert(uuid.clone());
+        Some(Fault {
+            uuid,
+            event_type: XID_CRITICAL_ERROR,
+            xid: XID_FALLEN_OFF_THE_BUS,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_api::topology::{GpuTopology, Health, NodeTopology};
+
+    use super::*;
+    use crate::machine::Visible;
+
+    fn machine(unhealthy: &[u32]) -> Machine {
+        let document = NodeTopology {
+            gpus: (0..3)
+                .map(|index| GpuTopology {
+                    id: format!("GPU-{index}"),
+                    index,
+                    health: if unhealthy.contains(&index) {
+                        Health::Unhealthy
+                    } else {
+                        Health::Healthy
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        Machine::of(&document, &Visible::All)
+    }
+
+    #[test]
+    fn an_unhealthy_gpu_is_reported_once_to_a_set_registered_for_xids() {
+        let mut set = Registrations::default();
+        set.register("GPU-0", XID_CRITICAL_ERROR);
+        set.register("GPU-1", XID_CRITICAL_ERROR | DOUBLE_BIT_ECC_ERROR);
+        set.register("GPU-2", SINGLE_BIT_ECC_ERROR);
+        assert_eq!(set.next_fault(&machine(&[])), None);
+        let fault = set.next_fault(&machine(&[1, 2]));
+        assert_eq!(
+            fault,
+            Some(Fault {
+                uuid: "GPU-1".into(),
+                event_type: XID_CRITICAL_ERROR,
+                xid: XID_FALLEN_OFF_THE_BUS
+            })
+        );
+        // Told once; GPU 2's set did not ask for XIDs.
+        assert_eq!(set.next_fault(&machine(&[1, 2])), None);
+        // Healthy again, then faulty again: told again.
+        assert_eq!(set.next_fault(&machine(&[])), None);
+        assert_eq!(
+            set.next_fault(&machine(&[1])).map(|f| f.uuid).as_deref(),
+            Some("GPU-1")
+        );
+    }
+}
