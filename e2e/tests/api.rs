@@ -310,6 +310,36 @@ fn invalid_specs() -> Vec<(&'static str, Value, &'static str, &'static str)> {
             "spec.gpu",
             "Required value",
         ),
+        (
+            "CPU per zone that is no quantity",
+            json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2, "cpuPerZone": "lots"}}),
+            "spec.numa.cpuPerZone",
+            "positive quantity",
+        ),
+        (
+            "negative memory per zone",
+            json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2, "memoryPerZone": "-5Gi"}}),
+            "spec.numa.memoryPerZone",
+            "positive quantity",
+        ),
+        (
+            "no CPU per zone",
+            json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2, "cpuPerZone": 0}}),
+            "spec.numa.cpuPerZone",
+            "positive quantity",
+        ),
+        (
+            "a selector of every node",
+            json!({"gpu": {"profile": "a100"}, "nodeSelector": {}}),
+            "spec.nodeSelector",
+            "selects every node",
+        ),
+        (
+            "a selector of every node, spelled out",
+            json!({"gpu": {"profile": "a100"}, "nodeSelector": {"matchLabels": {}, "matchExpressions": []}}),
+            "spec.nodeSelector",
+            "selects every node",
+        ),
     ]
 }
 
@@ -365,6 +395,9 @@ async fn pools_at_the_limits_are_accepted() -> anyhow::Result<()> {
         json!({"gpu": {"profile": "future-gpu"}, "numa": {"zones": 8}}),
         json!({"gpu": {"backend": "mock", "profile": "h100"}}),
         json!({"gpu": {"profile": "a100"}, "otherResources": [{"name": "nvidia.com/hostdev", "count": 0}]}),
+        json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2, "cpuPerZone": "500m", "memoryPerZone": "64Gi"}}),
+        json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2, "cpuPerZone": 1, "memoryPerZone": 1}}),
+        json!({"gpu": {"profile": "a100"}, "nodeSelector": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}}),
     ];
     for spec in cases {
         let name = unique_name("valid");

@@ -55,6 +55,7 @@ use crate::utilization::PATTERN as UTILIZATION_PATTERN;
     )
 )]
 #[x_kube(
+    validation = rules::node_selector_selects_some_nodes(),
     validation = rules::numa_zones_within_gpu_count(),
     validation = rules::gpus_per_zone_sum_to_gpu_count(),
     validation = rules::mig_needs_capable_profile(),
@@ -264,7 +265,11 @@ pub enum TopologyManagerScope {
 
 /// NUMA layout of every node in the pool.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
-#[x_kube(validation = rules::gpus_per_zone_has_one_entry_per_zone())]
+#[x_kube(
+    validation = rules::gpus_per_zone_has_one_entry_per_zone(),
+    validation = rules::positive_quantity("cpuPerZone"),
+    validation = rules::positive_quantity("memoryPerZone"),
+)]
 #[serde(rename_all = "camelCase")]
 pub struct NumaSpec {
     /// NUMA zones per node (`node-0`, `node-1`, ...).

@@ -130,6 +130,36 @@ pub fn gpus_per_zone_has_one_entry_per_zone() -> Rule {
         .field_path(".gpusPerZone")
 }
 
+/// `numa.<field>` (`cpuPerZone`, `memoryPerZone`): a positive Kubernetes quantity. The schema
+/// of a quantity accepts any string or integer; the API server's CEL quantity library tells.
+pub fn positive_quantity(field: &str) -> Rule {
+    Rule::new(format!(
+        "!has(self.{field}) || (type(self.{field}) == int ? self.{field} > 0 : \
+         isQuantity(self.{field}) && quantity(self.{field}).isGreaterThan(quantity('0')))"
+    ))
+    .message(Message::Message(format!(
+        "numa.{field} must be a positive quantity, such as 16, 500m or 64Gi"
+    )))
+    .field_path(format!(".{field}"))
+}
+
+/// `nodeSelector {}` selects every node, including nodes without GPUs and control-plane
+/// nodes: the pool would label them all. Refused; an empty `matchLabels` or `matchExpressions`
+/// is the same selector.
+pub fn node_selector_selects_some_nodes() -> Rule {
+    Rule::new(
+        "!has(self.nodeSelector) \
+         || (has(self.nodeSelector.matchLabels) && size(self.nodeSelector.matchLabels) > 0) \
+         || (has(self.nodeSelector.matchExpressions) && size(self.nodeSelector.matchExpressions) > 0)",
+    )
+    .message(
+        "nodeSelector {} selects every node, GPU node or not: name the pool's nodes with \
+         matchLabels or matchExpressions, or leave nodeSelector out to select the nodes \
+         labelled run.ai/simulated-gpu-node-pool=<pool>",
+    )
+    .field_path(".nodeSelector")
+}
+
 pub fn remote_distance_exceeds_local() -> Rule {
     Rule::new("self.remote > self.self")
         .message("the remote distance must be greater than the distance of a zone to itself")
