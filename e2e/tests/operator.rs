@@ -389,6 +389,39 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
     cleanup.after(result).await
 }
 
+/// A selector the API server stores but that is no label selector (an unknown operator) is the
+/// pool's condition: nothing is selected, nothing labelled, and the user is told why.
+#[tokio::test]
+async fn a_selector_that_is_no_label_selector_becomes_a_condition() -> anyhow::Result<()> {
+    let (client, pool, node, cleanup) = pool_with_one_node("selector").await?;
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "l4"}, "nodeSelector": {"matchExpressions": [
+                {"key": label::NODE_POOL, "operator": "Matches", "values": [pool]}]}}),
+        )
+        .await?;
+        eventually("Ready=False InvalidSelector", CONVERGE, || async {
+            let p = pools(&client).get(&pool).await?;
+            Ok(
+                (condition(&p, "Ready") == Some(("False", "InvalidSelector"))
+                    && condition(&p, "Stalled").is_some_and(|(status, _)| status == "True"))
+                .then_some(()),
+            )
+        })
+        .await?;
+        let n = nodes(&client).get(&node).await?;
+        ensure!(
+            operator_labels(&n).is_empty(),
+            "a pool without a usable selector labelled a node"
+        );
+        Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
 #[tokio::test]
 async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::Result<()> {
     let (client, pool, node, cleanup) = pool_with_one_node("repair").await?;
@@ -584,8 +617,10 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
             }
         };
         health_becomes("Healthy,Healthy,Healthy,Healthy").await?;
-        annotate(json!("1, 3,nine")).await?;
+        annotate(json!("1, 3,nine,7")).await?;
         health_becomes("Healthy,Unhealthy,Healthy,Unhealthy").await?;
+        // What names no GPU of the node is said, on the node.
+        warning_event(&client, &node, "InvalidUnhealthyGpus", "nine, 7", CONVERGE).await?;
         // On a KWOK node the operator plays the kubelet's part: failed GPUs leave allocatable.
         eventually("allocatable without the failed GPUs", CONVERGE, || async {
             let status = nodes(&client).get(&node).await?.status.unwrap_or_default();

@@ -104,6 +104,7 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             announce_reservations(&ctx, &node.name_any(), &topology, &users).await?;
             record_assignments(&ctx, &node.name_any(), &topology, &users).await?;
             report_malformed_utilization(&ctx, &node.name_any()).await;
+            report_malformed_unhealthy(&ctx, &node, gpu.count).await;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
         // must not strip GPUs from nodes that run workloads.
@@ -193,16 +194,37 @@ fn cached_slice(ctx: &Context, name: &str) -> Option<Arc<ResourceSlice>> {
     ctx.slices.get(&ObjectRef::new(name))
 }
 
-/// GPU indices the user marked failed (annotation [`annotation::UNHEALTHY_GPUS`]).
-fn unhealthy_gpus(node: &Node) -> Vec<u32> {
+/// GPU indices the user marked failed (annotation [`annotation::UNHEALTHY_GPUS`]) among the
+/// node's `count` GPUs, and the entries that name none of them.
+fn unhealthy_gpus(node: &Node, count: u32) -> (Vec<u32>, Vec<String>) {
     let Some(value) = node.annotations().get(annotation::UNHEALTHY_GPUS) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    let (indices, bad) = parse_gpu_indices(value);
-    if !bad.is_empty() {
-        warn!(node = %node.name_any(), annotation = annotation::UNHEALTHY_GPUS, ?bad, "ignoring entries that are not GPU indices");
+    let (indices, mut bad) = parse_gpu_indices(value);
+    let (known, beyond): (Vec<u32>, Vec<u32>) = indices.into_iter().partition(|i| *i < count);
+    bad.extend(beyond.iter().map(u32::to_string));
+    (known, bad)
+}
+
+/// A Warning Event, once per value, on a node whose unhealthy-GPUs annotation names entries
+/// that are not GPUs of the node (the GPUs it does name are marked).
+async fn report_malformed_unhealthy(ctx: &Context, node: &Node, count: u32) {
+    let (_, bad) = unhealthy_gpus(node, count);
+    let Some(value) = node.annotations().get(annotation::UNHEALTHY_GPUS) else {
+        return;
+    };
+    if bad.is_empty() {
+        return;
     }
-    indices
+    let message = format!(
+        "annotation {} {value:?}: not GPU indices of this node (it has {count} GPUs, 0-{}): {}; \
+         the GPUs it does name are marked unhealthy",
+        annotation::UNHEALTHY_GPUS,
+        count.saturating_sub(1),
+        bad.join(", ")
+    );
+    let node_ref = node.object_ref(&());
+    events::warn_once(ctx, &node_ref, "InvalidUnhealthyGpus", value, &message).await;
 }
 
 /// The node's document: the pool's GPUs, with the pods that hold them now (returned too).
@@ -218,7 +240,7 @@ fn desired_topology(
     // A document edited by hand into garbage is simply rebuilt.
     let previous =
         cached_configmap(ctx, &name).and_then(|cm| NodeTopology::from_configmap(&cm).ok());
-    let unhealthy = unhealthy_gpus(node);
+    let (unhealthy, _) = unhealthy_gpus(node, gpu.count);
     let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref(), &unhealthy);
     let default = pool
         .spec
@@ -534,6 +556,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn unhealthy_gpus_beyond_the_node_or_not_indices_are_set_apart() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n",
+            "annotations": {annotation::UNHEALTHY_GPUS: "1, 3,nine,7"}}}))
+        .expect("node");
+        assert_eq!(
+            unhealthy_gpus(&node, 4),
+            (vec![1, 3], vec!["nine".to_owned(), "7".to_owned()])
+        );
+        let plain: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).expect("node");
+        assert_eq!(unhealthy_gpus(&plain, 4), (vec![], vec![]));
+    }
 
     #[test]
     fn slimming_keeps_what_the_controllers_read() {
