@@ -60,7 +60,12 @@ pub struct ComputeDomainChannelSpec {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct ResourceClaimTemplateReference {
-    #[schemars(length(min = 1, max = 253))]
+    /// The ResourceClaimTemplate the operator creates for the domain: a DNS subdomain, not
+    /// the name of a template of the namespace's own.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
     pub name: String,
 }
 

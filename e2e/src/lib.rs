@@ -266,8 +266,21 @@ pub async fn warning_event(
     mention: &str,
     timeout: Duration,
 ) -> anyhow::Result<()> {
+    warning_event_in(client, "default", name, reason, mention, timeout).await
+}
+
+/// [`warning_event`] about an object of `namespace` (Events live in their object's namespace;
+/// those about cluster-scoped objects in `default`).
+pub async fn warning_event_in(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+    mention: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(client.clone(), "default");
+        Api::namespaced(client.clone(), namespace);
     eventually(
         &format!("Warning Event {reason} about {name}"),
         timeout,

@@ -254,6 +254,12 @@ async fn bad_domains_are_refused_with_the_field_named() -> anyhow::Result<()> {
                 "spec.channel.resourceClaimTemplate",
                 "Required value",
             ),
+            (
+                "a template name no object can have",
+                json!({"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "IMEX_channel"}}}),
+                "spec.channel.resourceClaimTemplate.name",
+                "should match",
+            ),
         ] {
             let error = untyped
                 .create(&PostParams::default(), &object("bad", spec)?)
@@ -288,6 +294,84 @@ async fn bad_domains_are_refused_with_the_field_named() -> anyhow::Result<()> {
             "{code} {text}"
         );
         Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// A template name the namespace already uses for a template of its own: the user's template
+/// is left alone, and the domain says why it cannot get ready (condition, Stalled, Event)
+/// until the name is free; then it takes it.
+#[tokio::test]
+async fn a_template_name_held_by_the_user_is_the_domain_s_condition() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let namespace = create_namespace(&client, "cdtaken").await?;
+    let cleanup = Cleanup::new(&client).namespace(&namespace);
+    let result = async {
+        let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &namespace);
+        let theirs: ResourceClaimTemplate = serde_json::from_value(json!({
+            "metadata": {"name": "taken", "labels": {"owner": "user"}},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+                "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+        }))?;
+        templates.create(&PostParams::default(), &theirs).await?;
+        let domains: Api<ComputeDomain> = Api::namespaced(client.clone(), &namespace);
+        let domain: ComputeDomain = serde_json::from_value(json!({
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+            "metadata": {"name": "imex"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "taken"}}},
+        }))?;
+        domains.create(&PostParams::default(), &domain).await?;
+        let conditions = |d: &ComputeDomain| -> Vec<(String, String, String)> {
+            d.status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+                .collect()
+        };
+        eventually(
+            "Ready=False and Stalled, TemplateConflict",
+            CONVERGE,
+            || async {
+                let found = conditions(&domains.get("imex").await?);
+                let want = [
+                    ("Ready", "False", "TemplateConflict"),
+                    ("Stalled", "True", "TemplateConflict"),
+                ]
+                .map(|(t, s, r)| (t.to_owned(), s.to_owned(), r.to_owned()));
+                Ok((found == want).then_some(()))
+            },
+        )
+        .await?;
+        fakegpu_e2e::warning_event_in(
+            &client,
+            &namespace,
+            "imex",
+            "TemplateConflict",
+            "is not this domain's",
+            CONVERGE,
+        )
+        .await?;
+        let kept = templates.get("taken").await?;
+        ensure!(
+            kept.labels().get("owner").map(String::as_str) == Some("user"),
+            "the user's template was changed"
+        );
+        // The name freed, the domain takes it and waits for its nodes like any other.
+        templates.delete("taken", &DeleteParams::default()).await?;
+        eventually(
+            "the domain's own template, and WaitingForNodes",
+            CONVERGE,
+            || async {
+                let template = templates.get_opt("taken").await?;
+                let own = template.is_some_and(|t| t.labels().contains_key(names::TEMPLATE_LABEL));
+                let found = conditions(&domains.get("imex").await?);
+                let waiting = found == [("Ready".into(), "False".into(), "WaitingForNodes".into())];
+                Ok((own && waiting).then_some(()))
+            },
+        )
+        .await
     }
     .await;
     cleanup.after(result).await

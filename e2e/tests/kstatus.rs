@@ -1,8 +1,8 @@
 //! GitOps tools judge health by kstatus (sigs.k8s.io/cli-utils: Flux, Argo CD, kpt). Pools and
 //! ComputeDomains must read right by it: a healthy pool Current, a pool that cannot become
 //! ready Failed (not InProgress forever), a pool whose edit is not yet reconciled InProgress,
-//! a ComputeDomain waiting for its nodes InProgress (not Current). hack/kstatus computes it
-//! with cli-utils itself. Alone in its test binary: it stops and restarts the shared operator.
+//! a ComputeDomain waiting for its nodes InProgress (not Current), one whose template name is
+//! taken Failed. hack/kstatus computes it with cli-utils itself. Alone in its test binary: it stops and restarts the shared operator.
 
 use std::{process::Stdio, time::Duration};
 
@@ -115,7 +115,24 @@ async fn pools_and_domains_read_right_by_kstatus() -> anyhow::Result<()> {
         restarted?;
         reads("gpunodepool", &healthy, None, "Current").await?;
         // No pod holds its channel yet: NotReady, and kstatus must not call that done.
-        reads("computedomain", "waiting", Some(&namespace), "InProgress").await
+        reads("computedomain", "waiting", Some(&namespace), "InProgress").await?;
+        // A domain whose template name the user's own template holds cannot get ready without
+        // the user: Failed.
+        let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+             "metadata": {"name": "users", "namespace": namespace},
+             "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+                "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}},
+            {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+             "metadata": {"name": "taken", "namespace": namespace},
+             "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "users"}}}},
+        ]});
+        let file = std::env::temp_dir().join(format!("{namespace}-taken.json"));
+        std::fs::write(&file, objects.to_string())?;
+        let created = kubectl(&["create", "-f", &file.to_string_lossy()]);
+        let _ = std::fs::remove_file(&file);
+        created?;
+        reads("computedomain", "taken", Some(&namespace), "Failed").await
     }
     .await;
     cleanup.after(result).await

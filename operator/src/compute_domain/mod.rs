@@ -31,50 +31,88 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Result, apply, controllers, events};
+use crate::{Context, Error, Result, apply, controllers, events};
 
 pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
     if domain.metadata.deletion_timestamp.is_some() {
         // Its template goes with it (owner reference); nothing to write.
         return Ok(Action::await_change());
     }
-    ensure_template(&domain, &ctx).await?;
-    ensure_status(&domain, &ctx).await?;
-    Ok(Action::await_change())
+    let problem = ensure_template(&domain, &ctx).await?;
+    if let Some(problem) = &problem {
+        events::warn_once(
+            &ctx,
+            &reference(&domain),
+            problem.reason,
+            &domain.spec.channel.resource_claim_template.name,
+            &problem.message,
+        )
+        .await;
+    }
+    ensure_status(&domain, &ctx, problem.as_ref()).await?;
+    // The user's template is not watched (the cache holds domains' templates only): look again
+    // now and then whether the name is free.
+    Ok(match problem {
+        Some(_) => Action::requeue(TEMPLATE_RECHECK),
+        None => Action::await_change(),
+    })
 }
 
-async fn ensure_template(domain: &ComputeDomain, ctx: &Context) -> Result<()> {
+/// How often a domain whose template name is taken looks again.
+const TEMPLATE_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Writes the domain's template; a template the domain cannot have is the domain's condition
+/// (and an Event), not an error to retry: only the user can change it.
+async fn ensure_template(
+    domain: &ComputeDomain,
+    ctx: &Context,
+) -> Result<Option<status::TemplateProblem>> {
     let (Some(desired), Some(namespace)) = (template::desired_template(domain), domain.namespace())
     else {
-        return Ok(());
+        return Ok(None);
     };
     let name = desired.name_any();
-    let current = ctx
+    if let Some(problem) = status::TemplateProblem::of_name(&name) {
+        return Ok(Some(problem));
+    }
+    let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
+    let cached = ctx
         .claim_templates
         .as_ref()
         .and_then(|t| t.get(&ObjectRef::new(&name).within(&namespace)));
+    // The cache holds domains' templates only; one the user made under that name is looked
+    // up before writing, so that it is never taken over.
+    let current = match cached {
+        Some(cached) => Some(cached),
+        None => api.get_opt(&name).await?.map(Arc::new),
+    };
     match current {
         Some(current) if !template::owned_by(&current, domain) => {
-            let message = format!(
-                "ResourceClaimTemplate {namespace}/{name} exists and is not this domain's; \
-                 it is left as it is"
-            );
             warn!(domain = %domain.name_any(), %namespace, template = %name, "template taken");
-            events::warn_about(ctx, &reference(domain), "TemplateConflict", &message).await;
-            Ok(())
+            Ok(Some(status::TemplateProblem::taken(&namespace, &name)))
         }
-        Some(current) if template::template_current(&current, &desired) => Ok(()),
+        Some(current) if template::template_current(&current, &desired) => Ok(None),
         _ => {
             info!(domain = %domain.name_any(), %namespace, template = %name, "writing ResourceClaimTemplate");
-            let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
-            apply::apply(&api, &name, &desired).await.map(drop)
+            match apply::apply(&api, &name, &desired).await {
+                Ok(_) => Ok(None),
+                // The API server refuses the template itself (422): retrying cannot help.
+                Err(Error::Kube(kube::Error::Api(refusal))) if refusal.code == 422 => Ok(Some(
+                    status::TemplateProblem::refused(&name, &refusal.message),
+                )),
+                Err(error) => Err(error),
+            }
         }
     }
 }
 
-async fn ensure_status(domain: &ComputeDomain, ctx: &Context) -> Result<()> {
+async fn ensure_status(
+    domain: &ComputeDomain,
+    ctx: &Context,
+    problem: Option<&status::TemplateProblem>,
+) -> Result<()> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let desired = status::desired_status(domain, &ctx.claims.state(), &now);
+    let desired = status::desired_status(domain, &ctx.claims.state(), problem, &now);
     if domain.status.as_ref() == Some(&desired) {
         return Ok(());
     }

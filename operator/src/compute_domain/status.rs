@@ -11,7 +11,7 @@ use fakegpu_api::{
 use k8s_openapi::{api::resource::v1::ResourceClaim, apimachinery::pkg::apis::meta::v1::Time};
 use kube::ResourceExt;
 
-use crate::conditions::{condition, stamp};
+use crate::conditions::{STALLED, condition, stamp};
 
 /// The domain's condition, True once `numNodes` nodes host it.
 pub const READY: &str = "Ready";
@@ -30,11 +30,62 @@ fn nodes(domain: &ComputeDomain, claims: &[Arc<ResourceClaim>]) -> BTreeSet<Stri
         .collect()
 }
 
+/// Why a domain cannot have its ResourceClaimTemplate; only the user can change that.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplateProblem {
+    /// The condition's reason and the Event's.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl TemplateProblem {
+    /// A name no object can have (a DNS subdomain: at most 253 characters of lowercase
+    /// letters, digits, `-` and `.`, alphanumeric at both ends). NVIDIA's CRD does not check it.
+    pub fn of_name(name: &str) -> Option<Self> {
+        let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name
+                .chars()
+                .all(|c| alphanumeric(c) || c == '-' || c == '.')
+            && name.starts_with(alphanumeric)
+            && name.ends_with(alphanumeric);
+        (!valid).then(|| Self {
+            reason: "InvalidTemplateName",
+            message: format!(
+                "channel.resourceClaimTemplate.name {name:?} is not a DNS subdomain (lowercase \
+                 letters, digits, '-' and '.', alphanumeric at both ends, at most 253 characters)"
+            ),
+        })
+    }
+
+    /// The name is held by a ResourceClaimTemplate that is not this domain's (the user's own).
+    pub fn taken(namespace: &str, name: &str) -> Self {
+        Self {
+            reason: "TemplateConflict",
+            message: format!(
+                "ResourceClaimTemplate {namespace}/{name} exists and is not this domain's; it is \
+                 left as it is: rename channel.resourceClaimTemplate.name or remove that template"
+            ),
+        }
+    }
+
+    /// The API server refused the template.
+    pub fn refused(name: &str, answer: &str) -> Self {
+        Self {
+            reason: "InvalidTemplate",
+            message: format!("the API server refused ResourceClaimTemplate {name}: {answer}"),
+        }
+    }
+}
+
 /// `now` stamps a condition that changed; an unchanged one keeps its time, so an unchanged
-/// domain yields an unchanged status.
+/// domain yields an unchanged status. A template problem makes the domain not ready and
+/// stalled (kstatus, Flux and Argo CD read it as failed).
 pub fn desired_status(
     domain: &ComputeDomain,
     claims: &[Arc<ResourceClaim>],
+    problem: Option<&TemplateProblem>,
     now: &Time,
 ) -> ComputeDomainStatus {
     let nodes: Vec<ComputeDomainNode> = nodes(domain, claims)
@@ -48,13 +99,20 @@ pub fn desired_status(
         })
         .collect();
     let wanted = usize::try_from(domain.spec.num_nodes).unwrap_or(0);
-    let ready = nodes.len() >= wanted;
-    let message = format!("{} of {wanted} nodes host the domain's pods", nodes.len());
-    let reason = if ready {
-        "NodesReady"
-    } else {
-        "WaitingForNodes"
+    let (ready, reason, message) = match problem {
+        Some(problem) => (false, problem.reason, problem.message.clone()),
+        None if nodes.len() >= wanted => (
+            true,
+            "NodesReady",
+            format!("{} of {wanted} nodes host the domain's pods", nodes.len()),
+        ),
+        None => (
+            false,
+            "WaitingForNodes",
+            format!("{} of {wanted} nodes host the domain's pods", nodes.len()),
+        ),
     };
+    let stalled = problem.map(|p| condition(STALLED, true, p.reason, p.message.clone()));
     let previous = domain
         .status
         .as_ref()
@@ -69,7 +127,7 @@ pub fn desired_status(
         },
         nodes,
         conditions: stamp(
-            [condition(READY, ready, reason, message)],
+            std::iter::once(condition(READY, ready, reason, message)).chain(stalled),
             previous,
             generation,
             now,
@@ -103,7 +161,7 @@ mod tests {
         let domain = domain("Single");
         let one = [claim("a", "imex", Some("node-b")), claim("p", "imex", None)];
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        let status = desired_status(&domain, &one, &now);
+        let status = desired_status(&domain, &one, None, &now);
         assert_eq!(status.status, DomainState::NotReady);
         assert_eq!(status.nodes.len(), 1);
         let condition = &status.conditions[0];
@@ -121,7 +179,7 @@ mod tests {
             claim("c", "imex", Some("node-a")),
             claim("x", "other", Some("node-c")),
         ];
-        let status = desired_status(&domain, &two, &now);
+        let status = desired_status(&domain, &two, None, &now);
         assert_eq!(status.status, DomainState::Ready);
         assert_eq!(status.conditions[0].status, "True");
         let names: Vec<(&str, i32)> = status
@@ -130,5 +188,38 @@ mod tests {
             .map(|n| (n.name.as_str(), n.index))
             .collect();
         assert_eq!(names, [("node-a", 0), ("node-b", 1)]);
+    }
+
+    #[test]
+    fn a_template_problem_is_not_ready_and_stalled() {
+        let domain = domain("Single");
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let problem = TemplateProblem::taken("team", "imex-channel");
+        let status = desired_status(&domain, &[], Some(&problem), &now);
+        let conditions: Vec<(&str, &str, &str)> = status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+            .collect();
+        assert_eq!(
+            conditions,
+            [
+                ("Ready", "False", "TemplateConflict"),
+                ("Stalled", "True", "TemplateConflict")
+            ]
+        );
+        assert!(status.conditions[0].message.contains("team/imex-channel"));
+    }
+
+    #[test]
+    fn template_names_must_be_dns_subdomains() {
+        for good in ["imex", "a.b-c", "0x"] {
+            assert_eq!(TemplateProblem::of_name(good), None, "{good}");
+        }
+        let long = "a".repeat(254);
+        for bad in ["", "Imex", "imex_channel", "-imex", "imex.", long.as_str()] {
+            let problem = TemplateProblem::of_name(bad).map(|p| p.reason);
+            assert_eq!(problem, Some("InvalidTemplateName"), "{bad}");
+        }
     }
 }
