@@ -720,3 +720,49 @@ async fn gpu_sharing_pods_are_tracked_on_their_reservation_pods_gpu() -> anyhow:
         .await;
     cleanup.after(result).await
 }
+
+/// A pool serving the device plugin and DRA on one node hands the same GPUs to both: the
+/// scheduler counts `nvidia.com/gpu` and claims apart, so a node of 2 GPUs runs a claim's pod
+/// and a pod asking for 2 `nvidia.com/gpu`. The node says so in a Warning Event.
+#[tokio::test]
+async fn device_plugin_and_dra_demand_beyond_the_gpus_is_an_event_on_the_node() -> anyhow::Result<()>
+{
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("overbook").await?;
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "l4", "count": 2},
+                "interfaces": {"devicePlugin": true, "dra": true}}),
+        )
+        .await?;
+        let here = json!({"kubernetes.io/hostname": node});
+        create_claim_template(
+            &client,
+            &namespace,
+            "one",
+            json!({"deviceClassName": "gpu.nvidia.com"}),
+        )
+        .await?;
+        claim_pod(&client, &namespace, "claimant", "one", here.clone()).await?;
+        create_kwok_pod(
+            &client,
+            &namespace,
+            "greedy",
+            json!({"nodeSelector": here, "containers": [{"name": "main", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": 2}}}]}),
+        )
+        .await?;
+        running_pod(&client, &namespace, "greedy", CONVERGE).await?;
+        fakegpu_e2e::warning_event(
+            &client,
+            &node,
+            "GpusOverbooked",
+            &format!("{namespace}/greedy: asks for 2 nvidia.com/gpu, the node had 1 left"),
+            CONVERGE,
+        )
+        .await
+    }
+    .await;
+    cleanup.after(result).await
+}

@@ -471,7 +471,23 @@ fn slots(gpus: &mut [GpuTopology]) -> Vec<Slot<'_>> {
 /// what they held and then get the lowest free slots of their kind:
 /// `nvidia.com/gpu` whole GPUs (MIG instances under the `single` strategy),
 /// `nvidia.com/mig-<profile>` instances of that profile.
-pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
+/// A pod the node's GPUs could not serve as asked: more GPUs than were left (device-plugin
+/// pods and DRA claims on one node draw on the same GPUs), or a GPU the kubelet gave it that
+/// a claim holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overbooking {
+    pub namespace: String,
+    pub pod: String,
+    pub what: String,
+}
+
+impl std::fmt::Display for Overbooking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}: {}", self.namespace, self.pod, self.what)
+    }
+}
+
+pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) -> Vec<Overbooking> {
     let mut slots = slots(gpus);
     for user in users {
         for slot in slots.iter_mut().filter(|s| user.claimed.contains(&s.name)) {
@@ -490,6 +506,8 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
     // (user, which slots serve the request, how many)
     type Matcher = Box<dyn Fn(&Kind) -> bool>;
     let mut demands: Vec<(&GpuUser, Matcher, u32)> = Vec::new();
+    // The resource each demand asks for, for what cannot be served.
+    let mut resources: Vec<String> = Vec::new();
     for user in waiting {
         if user.extended > 0 {
             let matcher: Matcher = if mig_single {
@@ -498,12 +516,37 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
                 Box::new(|k: &Kind| *k == Kind::Gpu)
             };
             demands.push((user, matcher, user.extended));
+            resources.push(resource::GPU.to_owned());
         }
         // A single-strategy node advertises no nvidia.com/mig-<profile>.
         for (profile, count) in user.mig.iter().filter(|_| !mig_single) {
+            resources.push(format!("{}{profile}", resource::MIG_PREFIX));
             let profile = profile.clone();
             let matcher: Matcher = Box::new(move |k: &Kind| *k == Kind::Mig(profile.clone()));
             demands.push((user, matcher, *count));
+        }
+    }
+    let mut overbooked = Vec::new();
+    let overbooking = |user: &GpuUser, what: String| Overbooking {
+        namespace: user.namespace.clone(),
+        pod: user.pod.clone(),
+        what,
+    };
+    // A GPU the kubelet gave a device-plugin pod that a claim holds: both containers see it.
+    for user in users.iter().filter(|u| !u.given.is_empty()) {
+        for slot in slots.iter().filter(|s| user.given.contains(&s.uuid)) {
+            let holder = &slot.status.allocated_by;
+            if slot.status.in_use()
+                && (holder.namespace != user.namespace || holder.pod != user.pod)
+            {
+                overbooked.push(overbooking(
+                    user,
+                    format!(
+                        "the kubelet gave it {}, which {}/{} holds by claim",
+                        slot.uuid, holder.namespace, holder.pod
+                    ),
+                ));
+            }
         }
     }
     // What the kubelet gave a pod is what its container sees: first. Then each pod keeps
@@ -532,12 +575,20 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
         }
     }
     // Then the lowest free slots, oldest pod first.
-    for ((user, matches, count), held) in demands.iter().zip(held) {
+    for (((user, matches, count), held), resource) in demands.iter().zip(held).zip(&resources) {
         let free = slots
             .iter_mut()
             .filter(|s| matches(&s.kind) && !s.status.in_use());
+        let mut got = held;
         for slot in free.take((count - held) as usize) {
             slot.take(user);
+            got += 1;
+        }
+        if got < *count {
+            overbooked.push(overbooking(
+                user,
+                format!("asks for {count} {resource}, the node had {got} left"),
+            ));
         }
     }
     // Pods sharing a GPU use what their reservation pods now hold.
@@ -549,6 +600,7 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) {
             slots[at].take(sharer);
         }
     }
+    overbooked
 }
 
 /// The slots a sharing pod uses: the one its `runai-gpu` names (as the reservation pod's
@@ -1101,6 +1153,56 @@ mod tests {
 
     fn holder(status: &GpuStatus) -> &str {
         status.allocated_by.pod.as_str()
+    }
+
+    #[test]
+    fn pods_the_gpus_cannot_serve_are_reported() {
+        let claim: Arc<ResourceClaim> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
+                "status": {"allocation": {"devices": {"results": [{"request": "gpu",
+                    "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0"}]}}},
+            }))
+            .expect("claim"),
+        );
+        let claimant = user(
+            &pod(
+                "claimant",
+                "2026-01-01T00:00:00Z",
+                json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}),
+            ),
+            &[claim],
+        );
+        let limits = json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
+            "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+        let mut greedy = user(&pod("greedy", "2026-01-01T00:00:01Z", limits), &[]);
+        // The kubelet's device plugin gave it both GPUs, the claim's one included.
+        greedy.given = ["GPU-0".to_owned(), "GPU-1".to_owned()].into();
+        let mut topology = gpus(2);
+        let overbooked = assign(&mut topology, &[claimant, greedy], false);
+        let said: Vec<String> = overbooked.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            said,
+            [
+                "ns/greedy: the kubelet gave it GPU-0, which ns/claimant holds by claim",
+                "ns/greedy: asks for 2 nvidia.com/gpu, the node had 1 left",
+            ]
+        );
+        assert_eq!(holder(&topology[0].status), "claimant");
+        assert_eq!(holder(&topology[1].status), "greedy");
+        // Room for everyone: nothing to say.
+        let mut roomy = gpus(3);
+        let two = user(
+            &pod(
+                "two",
+                "2026-01-01T00:00:01Z",
+                json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}),
+            ),
+            &[],
+        );
+        assert!(assign(&mut roomy, &[two], false).is_empty());
     }
 
     #[test]

@@ -96,7 +96,8 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             let answer = dynamic_mig::resolve(&ctx, &node, &mut gpu).await;
             let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
-            let (topology, users) = desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
+            let (topology, users, overbooked) =
+                desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
             ensure_node(&ctx, &node, &pool, &gpu, &topology, answer).await?;
             ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
@@ -105,6 +106,7 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             record_assignments(&ctx, &node.name_any(), &topology, &users).await?;
             report_malformed_utilization(&ctx, &node.name_any()).await;
             report_malformed_unhealthy(&ctx, &node, gpu.count).await;
+            report_overbooking(&ctx, &node, &overbooked).await;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
         // must not strip GPUs from nodes that run workloads.
@@ -227,7 +229,8 @@ async fn report_malformed_unhealthy(ctx: &Context, node: &Node, count: u32) {
     events::warn_once(ctx, &node_ref, "InvalidUnhealthyGpus", value, &message).await;
 }
 
-/// The node's document: the pool's GPUs, with the pods that hold them now (returned too).
+/// The node's document: the pool's GPUs, with the pods that hold them now (returned too), and
+/// the pods the GPUs could not serve as asked.
 fn desired_topology(
     ctx: &Context,
     node: &Node,
@@ -235,7 +238,11 @@ fn desired_topology(
     gpu: &ResolvedGpu,
     pods: &[Arc<Pod>],
     priority_classes: &HashMap<PodGroupKey, String>,
-) -> (NodeTopology, Vec<tracking::GpuUser>) {
+) -> (
+    NodeTopology,
+    Vec<tracking::GpuUser>,
+    Vec<tracking::Overbooking>,
+) {
     let name = node.name_any();
     // A document edited by hand into garbage is simply rebuilt.
     let previous =
@@ -270,8 +277,29 @@ fn desired_topology(
         .collect();
     give_what_the_kubelet_gave(ctx, &name, &mut users);
     let mig_single = document.mig_strategy == "single";
-    tracking::assign(&mut document.gpus, &users, mig_single);
-    (document, users)
+    let overbooked = tracking::assign(&mut document.gpus, &users, mig_single);
+    (document, users, overbooked)
+}
+
+/// A Warning Event on the node, once per problem, for pods its GPUs could not serve as asked:
+/// a pool serving both the device plugin and DRA hands the same GPUs to both, and the scheduler
+/// counts the two apart.
+async fn report_overbooking(ctx: &Context, node: &Node, overbooked: &[tracking::Overbooking]) {
+    let node_ref = node.object_ref(&());
+    for problem in overbooked {
+        let message = format!(
+            "{problem}: the pool's device-plugin pods and DRA claims draw on the same GPUs of \
+             this node; the pod's GPUs are shared with another pod"
+        );
+        events::warn_once(
+            ctx,
+            &node_ref,
+            "GpusOverbooked",
+            &problem.to_string(),
+            &message,
+        )
+        .await;
+    }
 }
 
 /// The devices the node's kubelet gave each pod, from the report of its node agent (a real
