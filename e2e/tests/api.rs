@@ -4,8 +4,8 @@
 use anyhow::{Context, ensure};
 use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
-    Cleanup, FIELD_MANAGER, admin_client, api_error, create_namespace, create_pool, install_crds,
-    kubectl, repo_root, service_account_client, unique_name,
+    Cleanup, FIELD_MANAGER, admin_client, api_error, create_namespace, create_pool, eventually,
+    install_crds, kubectl, repo_root, service_account_client, unique_name,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::{
@@ -13,6 +13,8 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
+
+const CONVERGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn pools_untyped(client: &Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ApiResource::erase::<GpuNodePool>(&()))
@@ -64,11 +66,21 @@ async fn printer_columns_show_pool_health() -> anyhow::Result<()> {
     install_crds(&client).await?;
     let name = unique_name("columns");
     let pools: Api<GpuNodePool> = Api::all(client.clone());
-    create_pool(&client, &name, json!({"gpu": {"profile": "t4"}})).await?;
-    let header = kubectl(&["get", "gnp", &name])?;
+    create_pool(&client, &name, json!({"gpu": {"profile": "future-gpu"}})).await?;
+    // A pool that cannot get ready says why in the listing itself.
+    let listed = eventually("the Ready reason listed", CONVERGE, || async {
+        let table = kubectl(&["get", "gnp", &name])?;
+        Ok(table.contains("UnknownProfile").then_some(table))
+    })
+    .await;
     pools.delete(&name, &DeleteParams::default()).await?;
-    let first_line = header.lines().next().unwrap_or_default();
-    let columns: Vec<&str> = first_line.split_whitespace().collect();
+    let listed = listed?;
+    let mut lines = listed.lines();
+    let columns: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
     ensure!(
         columns
             == [
@@ -78,9 +90,20 @@ async fn printer_columns_show_pool_health() -> anyhow::Result<()> {
                 "GPUS",
                 "ALLOCATED",
                 "READY",
+                "REASON",
                 "AGE"
             ],
-        "columns: {first_line}"
+        "columns: {listed}"
+    );
+    // Empty cells (no product yet) print as nothing, so find the two by their neighbours.
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        row.windows(2).any(|w| w == ["False", "UnknownProfile"]),
+        "row: {listed}"
     );
     Ok(())
 }

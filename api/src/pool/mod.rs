@@ -49,6 +49,11 @@ use crate::utilization::PATTERN as UTILIZATION_PATTERN;
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -312,7 +317,9 @@ pub struct NumaDistances {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
 #[serde(rename_all = "camelCase")]
 pub struct UtilizationSpec {
-    /// `"N"` or `"MIN-MAX"` percent, inclusive, redrawn every scrape. Unset: 100.
+    /// `"N"` or `"MIN-MAX"` percent, inclusive: for pods with neither a
+    /// `run.ai/simulated-gpu-utilization` annotation nor a workload type; each value is drawn
+    /// from the range and held for the exporter's interval (default 10 s). Unset: 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = UTILIZATION_PATTERN))]
     #[x_kube(
@@ -347,7 +354,11 @@ pub struct GpuNodePoolStatus {
     /// `metadata.generation`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` and problem conditions (`Conflict`, `InvalidSpec`, ...).
+    /// `Ready` (reasons `Reconciled`, `Progressing`, `UnknownProfile`, `InvalidSpec`,
+    /// `InvalidMigLayout`, `InvalidSelector`, `NodeUpdateFailed`), `Stalled` (True when the pool
+    /// cannot get ready without a change from the user), `Conflict` (a node several pools
+    /// select), `Overbooked` (nodes whose pods ask for more GPUs than they have) and, for DRA
+    /// pools, `DeviceClass` (False when another owner holds one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
