@@ -723,7 +723,8 @@ async fn gpu_sharing_pods_are_tracked_on_their_reservation_pods_gpu() -> anyhow:
 
 /// A pool serving the device plugin and DRA on one node hands the same GPUs to both: the
 /// scheduler counts `nvidia.com/gpu` and claims apart, so a node of 2 GPUs runs a claim's pod
-/// and a pod asking for 2 `nvidia.com/gpu`. The node says so in a Warning Event.
+/// and a pod asking for 2 `nvidia.com/gpu`. The node says so in a Warning Event, and the pool
+/// in its `Overbooked` condition until the pod goes.
 #[tokio::test]
 async fn device_plugin_and_dra_demand_beyond_the_gpus_is_an_event_on_the_node() -> anyhow::Result<()>
 {
@@ -754,12 +755,42 @@ async fn device_plugin_and_dra_demand_beyond_the_gpus_is_an_event_on_the_node() 
         )
         .await?;
         running_pod(&client, &namespace, "greedy", CONVERGE).await?;
-        fakegpu_e2e::warning_event(
-            &client,
-            &node,
-            "GpusOverbooked",
-            &format!("{namespace}/greedy: asks for 2 nvidia.com/gpu, the node had 1 left"),
+        let problem = format!("{namespace}/greedy: asks for 2 nvidia.com/gpu, the node had 1 left");
+        fakegpu_e2e::warning_event(&client, &node, "GpusOverbooked", &problem, CONVERGE).await?;
+        // The pool says which node, for whoever reads its status rather than the node's Events.
+        let pools: Api<GpuNodePool> = Api::all(client.clone());
+        eventually(
+            "the pool's Overbooked condition naming the node",
             CONVERGE,
+            || async {
+                let status = pools.get(&pool).await?.status.unwrap_or_default();
+                Ok(status
+                    .conditions
+                    .iter()
+                    .any(|c| {
+                        c.type_ == "Overbooked"
+                            && c.status == "True"
+                            && c.message.contains(&format!("{node} ({problem})"))
+                    })
+                    .then_some(()))
+            },
+        )
+        .await?;
+        // The greedy pod gone, the pool fits again.
+        Api::<Pod>::namespaced(client.clone(), &namespace)
+            .delete("greedy", &DeleteParams::default().grace_period(0))
+            .await?;
+        eventually(
+            "Overbooked=False once the pod is gone",
+            CONVERGE,
+            || async {
+                let status = pools.get(&pool).await?.status.unwrap_or_default();
+                Ok(status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Overbooked" && c.status == "False")
+                    .then_some(()))
+            },
         )
         .await
     }

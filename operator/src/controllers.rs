@@ -245,7 +245,7 @@ pub async fn run(
         nrts: nrts.clone(),
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
-        node_failures: Default::default(),
+        node_problems: Default::default(),
         reported_annotations: Default::default(),
         recent,
         claim_templates,

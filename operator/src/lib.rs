@@ -88,9 +88,10 @@ pub struct Context {
     pub metrics: metrics::Metrics,
     /// Paces pool status writes (see [`pacer`]).
     pub pool_status_pacer: pacer::Pacer,
-    /// The last error of each node whose reconcile fails, cleared when one succeeds; pools
-    /// report them (a node that cannot be written keeps its pool from getting ready).
-    pub node_failures: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
+    /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
+    /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
+    /// the nodes whose GPUs pods overbook.
+    pub node_problems: parking_lot::Mutex<pool::status::NodeProblems>,
     /// (object UID, reason and annotation value) of bad annotations already reported by an
     /// Event (see [`events::warn_once`]), so that each is reported once.
     pub reported_annotations: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,

@@ -76,13 +76,14 @@ pub fn has_kubelet(node: &Node) -> bool {
 pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     let name = node.name_any();
     let action = reconcile_node(node, ctx.clone()).await?;
-    ctx.node_failures.lock().remove(&name);
+    ctx.node_problems.lock().failures.remove(&name);
     Ok(action)
 }
 
 async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     let pools = ctx.pools.state();
     let Some(pool) = membership::owner(&pools, node.labels()) else {
+        note_overbooking(&ctx, &node.name_any(), &[]);
         let lingering = release(&ctx, &node).await?;
         return Ok(if lingering {
             Action::requeue(LINGER_RECHECK)
@@ -98,6 +99,8 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             let classes = ctx.pod_groups.priority_classes(&pods).await;
             let (topology, users, overbooked) =
                 desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
+            // Before the document is written: its change brings the pool's status here.
+            note_overbooking(&ctx, &node.name_any(), &overbooked);
             ensure_node(&ctx, &node, &pool, &gpu, &topology, answer).await?;
             ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
@@ -279,6 +282,26 @@ fn desired_topology(
     let mig_single = document.mig_strategy == "single";
     let overbooked = tracking::assign(&mut document.gpus, &users, mig_single);
     (document, users, overbooked)
+}
+
+/// Keeps the node's overbooking (the first problem, and how many) for its pool's status.
+fn note_overbooking(ctx: &Context, node: &str, overbooked: &[tracking::Overbooking]) {
+    let mut problems = ctx.node_problems.lock();
+    match overbooked {
+        [] => {
+            problems.overbooked.remove(node);
+        }
+        [only] => {
+            problems
+                .overbooked
+                .insert(node.to_owned(), only.to_string());
+        }
+        [first, rest @ ..] => {
+            problems
+                .overbooked
+                .insert(node.to_owned(), format!("{first}, and {} more", rest.len()));
+        }
+    }
 }
 
 /// A Warning Event on the node, once per problem, for pods its GPUs could not serve as asked:
@@ -563,8 +586,9 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<bool> {
 
 pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("node", error);
-    ctx.node_failures
+    ctx.node_problems
         .lock()
+        .failures
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
     crate::controllers::retry_after_failure(&ctx, "node", node.as_ref())

@@ -60,13 +60,13 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let now = Time(Timestamp::now());
     let foreign = deviceclass::foreign_classes(ctx);
     let allocated = |node: &str| node::allocated_gpus(ctx, node);
-    let failures = ctx.node_failures.lock().clone();
+    let problems = ctx.node_problems.lock().clone();
     let desired = status::desired_status(
         pool,
         &ctx.pools.state(),
         &ctx.nodes.state(),
         &foreign,
-        &failures,
+        &problems,
         allocated,
         &now,
     );

@@ -23,6 +23,8 @@ use crate::{
 /// Condition types.
 pub const READY: &str = "Ready";
 pub const CONFLICT: &str = "Conflict";
+/// True while nodes of the pool run pods their GPUs cannot serve as asked.
+pub const OVERBOOKED: &str = "Overbooked";
 /// Ready's reason while nodes are still being given the pool's GPUs.
 const PROGRESSING: &str = "Progressing";
 /// On pools that serve DRA: whether fakegpu manages the DeviceClasses their claims use.
@@ -33,6 +35,16 @@ pub const MAX_LISTED_NODES: usize = 100;
 
 /// How many contested nodes a Conflict message names.
 const NAMED_CONFLICTS: usize = 3;
+
+/// What the node controller found wrong with nodes, by node name, for their pools' statuses.
+#[derive(Clone, Debug, Default)]
+pub struct NodeProblems {
+    /// The last write error of each node whose reconcile fails.
+    pub failures: BTreeMap<String, String>,
+    /// Pods a node's GPUs cannot serve as asked (device-plugin pods and DRA claims drawing on
+    /// the same GPUs): the first of them, and how many.
+    pub overbooked: BTreeMap<String, String>,
+}
 
 /// Whether the status says Ready=True.
 pub fn is_ready(status: &GpuNodePoolStatus) -> bool {
@@ -46,15 +58,15 @@ pub fn is_ready(status: &GpuNodePoolStatus) -> bool {
 pub fn is_problem(condition: &Condition) -> bool {
     match condition.type_.as_str() {
         READY => condition.status == "False" && condition.reason != PROGRESSING,
-        CONFLICT => condition.status == "True",
+        CONFLICT | OVERBOOKED => condition.status == "True",
         DEVICE_CLASS => condition.status == "False",
         _ => false,
     }
 }
 
 /// The status `pool` should have. `foreign_classes` are DeviceClasses of fakegpu's names that
-/// someone else owns; `failures` are the last write errors of nodes (by name) whose reconcile
-/// fails; `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions whose status or reason changed;
+/// someone else owns; `problems` what the node controller found wrong with nodes (write
+/// errors, overbooked GPUs); `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions whose status or reason changed;
 /// unchanged conditions keep their previous transition time, so an unchanged pool yields an
 /// unchanged status.
 pub fn desired_status(
@@ -62,7 +74,7 @@ pub fn desired_status(
     pools: &[Arc<GpuNodePool>],
     nodes: &[Arc<Node>],
     foreign_classes: &[String],
-    failures: &BTreeMap<String, String>,
+    problems: &NodeProblems,
     allocated: impl Fn(&str) -> u32,
     now: &Time,
 ) -> GpuNodePoolStatus {
@@ -110,7 +122,7 @@ pub fn desired_status(
         })
         .filter_map(|node| {
             let node = node.name_any();
-            failures.get(&node).map(|error| (node, error))
+            problems.failures.get(&node).map(|error| (node, error))
         })
         .collect();
 
@@ -168,6 +180,34 @@ pub fn desired_status(
         condition(CONFLICT, true, "NodeSelectedByOtherPools", message)
     };
 
+    let overbooked: Vec<String> = labelled
+        .iter()
+        .filter_map(|node| {
+            let node = node.name_any();
+            let problem = problems.overbooked.get(&node)?;
+            Some(format!("{node} ({problem})"))
+        })
+        .collect();
+    let overbooked = if overbooked.is_empty() {
+        condition(
+            OVERBOOKED,
+            false,
+            "Fits",
+            "every pod on the pool's nodes has the GPUs it asked for".into(),
+        )
+    } else {
+        let more = overbooked.len().saturating_sub(NAMED_CONFLICTS);
+        let mut message = format!(
+            "{} nodes run pods their GPUs cannot serve as asked: ",
+            overbooked.len()
+        );
+        message.push_str(&overbooked[..overbooked.len().min(NAMED_CONFLICTS)].join(", "));
+        if more > 0 {
+            message.push_str(&format!(" and {more} more"));
+        }
+        condition(OVERBOOKED, true, "GpusOverbooked", message)
+    };
+
     let device_class = pool.spec.interfaces.dra.then(|| {
         if foreign_classes.is_empty() {
             condition(DEVICE_CLASS, true, "Managed", "fakegpu manages the DeviceClasses of its DRA devices".into())
@@ -202,9 +242,15 @@ pub fn desired_status(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     let conditions = stamp(
-        [Some(ready), Some(stalled), Some(conflict), device_class]
-            .into_iter()
-            .flatten(),
+        [
+            Some(ready),
+            Some(stalled),
+            Some(conflict),
+            Some(overbooked),
+            device_class,
+        ]
+        .into_iter()
+        .flatten(),
         previous,
         generation,
         now,
@@ -285,7 +331,7 @@ mod tests {
             std::slice::from_ref(&a),
             &nodes,
             &[],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             two_on_n2,
             &time(100),
         );
@@ -320,7 +366,7 @@ mod tests {
             std::slice::from_ref(&a),
             &nodes,
             &[],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(100),
         );
@@ -341,7 +387,7 @@ mod tests {
                 std::slice::from_ref(&p),
                 &[],
                 &[],
-                &BTreeMap::new(),
+                &NodeProblems::default(),
                 none,
                 &time(100),
             )
@@ -360,7 +406,7 @@ mod tests {
             std::slice::from_ref(&a),
             &[],
             &[],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(100),
         );
@@ -386,7 +432,7 @@ mod tests {
                 &pools,
                 &nodes,
                 &[],
-                &BTreeMap::new(),
+                &NodeProblems::default(),
                 none,
                 &time(100),
             );
@@ -409,7 +455,7 @@ mod tests {
             &pools,
             &nodes,
             &[],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(100),
         );
@@ -427,14 +473,22 @@ mod tests {
             json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
         );
         let pools = std::slice::from_ref(&dra);
-        let managed = desired_status(&dra, pools, &[], &[], &BTreeMap::new(), none, &time(1));
+        let managed = desired_status(
+            &dra,
+            pools,
+            &[],
+            &[],
+            &NodeProblems::default(),
+            none,
+            &time(1),
+        );
         assert_eq!(find(&managed, DEVICE_CLASS).status, "True");
         let foreign = desired_status(
             &dra,
             pools,
             &[],
             &["gpu.nvidia.com".into()],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(1),
         );
@@ -450,11 +504,57 @@ mod tests {
             std::slice::from_ref(&plain),
             &[],
             &["gpu.nvidia.com".into()],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(1),
         );
         assert!(status.conditions.iter().all(|c| c.type_ != DEVICE_CLASS));
+    }
+
+    #[test]
+    fn overbooked_nodes_of_the_pool_are_named() {
+        let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
+        let labelled = json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"});
+        let nodes = [node("n1", labelled.clone()), node("n2", labelled)];
+        let problems = NodeProblems {
+            overbooked: BTreeMap::from([
+                (
+                    "n1".to_owned(),
+                    "ns/p: asks for 2 nvidia.com/gpu, the node had 1 left".to_owned(),
+                ),
+                ("elsewhere".to_owned(), "not this pool's".to_owned()),
+            ]),
+            ..Default::default()
+        };
+        let status_with = |problems: &NodeProblems| {
+            desired_status(
+                &a,
+                std::slice::from_ref(&a),
+                &nodes,
+                &[],
+                problems,
+                none,
+                &time(1),
+            )
+        };
+        let overbooked = find(&status_with(&problems), OVERBOOKED).clone();
+        assert_eq!(
+            (overbooked.status.as_str(), overbooked.reason.as_str()),
+            ("True", "GpusOverbooked")
+        );
+        assert_eq!(
+            overbooked.message,
+            "1 nodes run pods their GPUs cannot serve as asked: \
+             n1 (ns/p: asks for 2 nvidia.com/gpu, the node had 1 left)"
+        );
+        assert!(is_problem(&overbooked));
+        // Overbooking does not keep the pool from being ready.
+        assert_eq!(find(&status_with(&problems), READY).status, "True");
+        let fits = find(&status_with(&NodeProblems::default()), OVERBOOKED).clone();
+        assert_eq!(
+            (fits.status.as_str(), fits.reason.as_str()),
+            ("False", "Fits")
+        );
     }
 
     #[test]
@@ -477,7 +577,10 @@ mod tests {
             std::slice::from_ref(&a),
             &nodes,
             &[],
-            &failures,
+            &NodeProblems {
+                failures,
+                ..Default::default()
+            },
             none,
             &time(1),
         );
@@ -506,7 +609,7 @@ mod tests {
             &[Arc::new(a.clone())],
             &nodes,
             &[],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(100),
         );
@@ -516,7 +619,7 @@ mod tests {
             &[Arc::new(a.clone())],
             &nodes,
             &[],
-            &BTreeMap::new(),
+            &NodeProblems::default(),
             none,
             &time(200),
         );
