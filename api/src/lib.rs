@@ -2,6 +2,7 @@
 //! externally visible name. The operator, the node agent and the fake nvidia-smi all build on it.
 
 pub mod compute_domain;
+pub mod convert;
 pub mod crds;
 pub mod dra;
 pub mod kubelet_devices;

@@ -398,6 +398,34 @@ async fn invalid_pools_are_refused_with_the_field_named() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The reference's Helm values, converted (`fakegpu-convert`), are pools the API server takes.
+#[tokio::test]
+async fn the_reference_s_helm_values_convert_to_pools_the_api_server_accepts() -> anyhow::Result<()>
+{
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let values = std::fs::read_to_string(repo_root().join("examples/reference-helm-values.yaml"))?;
+    let converted = fakegpu_api::convert::convert(&values)?;
+    ensure!(converted.pools.len() == 3, "{converted:?}");
+    let pools = pools_untyped(&client);
+    let suffix = unique_name("helm");
+    for mut pool in converted.pools {
+        // Names of the test's own: other tests' pools may be called default.
+        let name = format!(
+            "{}-{suffix}",
+            pool["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        pool["metadata"]["name"] = name.clone().into();
+        let object: DynamicObject = serde_json::from_value(pool)?;
+        let created = pools.create(&PostParams::default(), &object).await;
+        if created.is_ok() {
+            pools.delete(&name, &DeleteParams::default()).await?;
+        }
+        created.with_context(|| format!("converted pool {name} refused"))?;
+    }
+    Ok(())
+}
+
 /// The rules' boundaries: each of these sits right at a limit the refused cases cross.
 #[tokio::test]
 async fn pools_at_the_limits_are_accepted() -> anyhow::Result<()> {

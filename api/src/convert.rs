@@ -1,0 +1,382 @@
+//! The reference fake GPU operator's Helm values, converted to the GpuNodePools that do the same
+//! (`fakegpu-convert values.yaml | kubectl apply -f -`): its `topology` (or `cluster`) node pools
+//! in either document format, its node-pool label key, and the chart switches that choose the
+//! interfaces (`devicePlugin`, `kwokGpuDevicePlugin`, `draPlugin`, `kwokDraPlugin`,
+//! `computeDomainDraPlugin`, `kwokComputeDomainDraPlugin`). What has no pool field is said in a
+//! note rather than dropped silently.
+
+use serde_json::{Map, Value, json};
+use validator::Validate;
+
+use crate::{names::label::NODE_POOL, pool::GpuNodePoolSpec};
+
+/// GpuNodePools (as API objects) and what the user should know about the conversion.
+#[derive(Debug, Default, PartialEq)]
+pub struct Converted {
+    pub pools: Vec<Value>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("the values are not YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("{path} is not a map")]
+    NotAMap { path: String },
+    #[error(
+        "no pool would serve its GPUs: devicePlugin, kwokGpuDevicePlugin, draPlugin and \
+         kwokDraPlugin are all disabled"
+    )]
+    NoInterface,
+    #[error("node pool {0:?} is not a valid object name (a DNS subdomain)")]
+    InvalidName(String),
+    #[error("node pool {pool}: {reason}")]
+    InvalidPool { pool: String, reason: String },
+}
+
+/// The chart's default `topology` (values.yaml of the reference's 0.2.0 chart).
+fn default_topology() -> Value {
+    json!({
+        "nodePoolLabelKey": NODE_POOL,
+        "migStrategy": "mixed",
+        "nodePools": {"default": {"gpuProduct": "Tesla-K80", "gpuCount": 2, "gpuMemory": 11441}},
+    })
+}
+
+/// Converts the text of a Helm values file.
+pub fn convert(values: &str) -> Result<Converted, ConvertError> {
+    let values: Value = serde_yaml::from_str::<Option<Value>>(values)?.unwrap_or(Value::Null);
+    let switch = |name: &str, default: bool| {
+        values
+            .get(name)
+            .and_then(|v| v.get("enabled"))
+            .and_then(Value::as_bool)
+            .unwrap_or(default)
+    };
+    let interfaces = json!({
+        "devicePlugin": switch("devicePlugin", true) || switch("kwokGpuDevicePlugin", true),
+        "dra": switch("draPlugin", false) || switch("kwokDraPlugin", false),
+        "computeDomains": switch("computeDomainDraPlugin", false)
+            || switch("kwokComputeDomainDraPlugin", false),
+    });
+    if interfaces["devicePlugin"] == false && interfaces["dra"] == false {
+        return Err(ConvertError::NoInterface);
+    }
+    let topology = values
+        .get("cluster")
+        .or_else(|| values.get("topology"))
+        .cloned()
+        .unwrap_or_else(default_topology);
+    let key = topology
+        .get("nodePoolLabelKey")
+        .and_then(Value::as_str)
+        .unwrap_or(NODE_POOL)
+        .to_owned();
+    let mut converted = Converted::default();
+    if let Some(strategy) = topology.get("migStrategy").and_then(Value::as_str) {
+        converted.notes.push(format!(
+            "migStrategy {strategy}: the reference only labels nodes with it; a pool gets MIG \
+             (and GFD's MIG labels) from spec.mig with a layout"
+        ));
+    }
+    if values
+        .pointer("/statusExporter/nodeResourceTopology/enabled")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        converted.notes.push(
+            "statusExporter.nodeResourceTopology: fakegpu publishes NodeResourceTopology for \
+             pools with spec.numa whenever the cluster serves the API (operator environment \
+             FAKEGPU_NODE_RESOURCE_TOPOLOGY=false turns it off)"
+                .into(),
+        );
+    }
+    let pools = topology
+        .get("nodePools")
+        .cloned()
+        .unwrap_or_else(|| default_topology()["nodePools"].clone());
+    let Value::Object(pools) = pools else {
+        return Err(ConvertError::NotAMap {
+            path: "topology.nodePools".into(),
+        });
+    };
+    for (name, pool) in &pools {
+        let spec = pool_spec(name, pool, &key, &interfaces, &mut converted.notes)?;
+        converted.pools.push(json!({
+            "apiVersion": "fakegpu.dev/v1alpha1",
+            "kind": "GpuNodePool",
+            "metadata": {"name": name},
+            "spec": spec,
+        }));
+    }
+    Ok(converted)
+}
+
+fn is_object_name(name: &str) -> bool {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| alphanumeric(c) || c == '-' || c == '.')
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric)
+}
+
+/// One pool's spec, in either of the reference's formats; checked against fakegpu's types.
+fn pool_spec(
+    name: &str,
+    pool: &Value,
+    key: &str,
+    interfaces: &Value,
+    notes: &mut Vec<String>,
+) -> Result<Value, ConvertError> {
+    if !is_object_name(name) {
+        return Err(ConvertError::InvalidName(name.to_owned()));
+    }
+    let invalid = |reason: String| ConvertError::InvalidPool {
+        pool: name.to_owned(),
+        reason,
+    };
+    let mut spec = Map::new();
+    if key != NODE_POOL {
+        spec.insert("nodeSelector".into(), json!({"matchLabels": {key: name}}));
+    }
+    let mut other_resources = Vec::new();
+    if let Some(gpu) = pool.get("gpu") {
+        spec.insert("gpu".into(), gpu_of(name, gpu, notes));
+    } else {
+        // The legacy format: product, count and memory, other devices beside.
+        let mut gpu = Map::new();
+        for (from, to) in [
+            ("gpuProduct", "product"),
+            ("gpuCount", "count"),
+            ("gpuMemory", "memoryMiB"),
+        ] {
+            if let Some(value) = pool.get(from) {
+                gpu.insert(to.into(), value.clone());
+            }
+        }
+        spec.insert("gpu".into(), Value::Object(gpu));
+        for device in pool
+            .get("otherDevices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            other_resources.push(json!({"name": device.get("name"), "count": device.get("count")}));
+        }
+    }
+    if let Some(numa) = pool.get("numa") {
+        spec.insert("numa".into(), numa_of(numa));
+    }
+    // `resources: [{nvidia.com/hostdev: 4}]`.
+    for entry in pool
+        .get("resources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for (resource, count) in entry.as_object().into_iter().flatten() {
+            other_resources.push(json!({"name": resource, "count": count}));
+        }
+    }
+    if !other_resources.is_empty() {
+        spec.insert("otherResources".into(), Value::Array(other_resources));
+    }
+    spec.insert("interfaces".into(), interfaces.clone());
+    let spec = Value::Object(spec);
+    let typed: GpuNodePoolSpec =
+        serde_json::from_value(spec.clone()).map_err(|e| invalid(e.to_string()))?;
+    typed.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(spec)
+}
+
+/// The new format's `gpu`: backend and profile, and of nvml-mock's `overrides` what a pool has
+/// fields for (product, memory, count, driver and CUDA versions).
+fn gpu_of(pool: &str, gpu: &Value, notes: &mut Vec<String>) -> Value {
+    let mut out = Map::new();
+    for field in ["backend", "profile"] {
+        if let Some(value) = gpu.get(field) {
+            out.insert(field.into(), value.clone());
+        }
+    }
+    let Some(overrides) = gpu.get("overrides").and_then(Value::as_object) else {
+        return Value::Object(out);
+    };
+    let at = |pointer: &str| Value::Object(overrides.clone()).pointer(pointer).cloned();
+    if let Some(product) = at("/device_defaults/name") {
+        out.insert("product".into(), product);
+    }
+    if let Some(bytes) = at("/device_defaults/memory/total_bytes").and_then(|b| b.as_u64()) {
+        out.insert("memoryMiB".into(), json!(bytes / (1024 * 1024)));
+    }
+    let count = at("/device_count")
+        .and_then(|c| c.as_u64())
+        .filter(|c| *c > 0)
+        .or_else(|| at("/devices").and_then(|d| d.as_array().map(|d| d.len() as u64)));
+    if let Some(count) = count {
+        out.insert("count".into(), json!(count));
+    }
+    for (from, to) in [
+        ("/system/driver_version", "driverVersion"),
+        ("/system/cuda_version", "cudaVersion"),
+    ] {
+        if let Some(version) = at(from) {
+            out.insert(to.into(), version);
+        }
+    }
+    let known = ["device_defaults", "device_count", "devices", "system"];
+    let ignored: Vec<&str> = overrides
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known.contains(k))
+        .collect();
+    if !ignored.is_empty() {
+        notes.push(format!(
+            "node pool {pool}: overrides {} have no GpuNodePool field and are left out",
+            ignored.join(", ")
+        ));
+    }
+    Value::Object(out)
+}
+
+/// The reference's `numa`; `memPerZone` is `memoryPerZone` here.
+fn numa_of(numa: &Value) -> Value {
+    let mut out = Map::new();
+    for (from, to) in [
+        ("zones", "zones"),
+        ("gpusPerZone", "gpusPerZone"),
+        ("topologyManagerPolicy", "topologyManagerPolicy"),
+        ("topologyManagerScope", "topologyManagerScope"),
+        ("cpuPerZone", "cpuPerZone"),
+        ("memPerZone", "memoryPerZone"),
+        ("distances", "distances"),
+    ] {
+        if let Some(value) = numa.get(from) {
+            out.insert(to.into(), value.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// The pools as one YAML stream, the notes as comments ahead of them.
+pub fn to_yaml(converted: &Converted) -> Result<String, serde_yaml::Error> {
+    let mut out = String::from(
+        "# GpuNodePools converted from the reference fake GPU operator's Helm values.\n",
+    );
+    for note in &converted.notes {
+        out.push_str(&format!("# Note: {note}\n"));
+    }
+    for pool in &converted.pools {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(pool)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_of(converted: &Converted, index: usize) -> &Value {
+        &converted.pools[index]["spec"]
+    }
+
+    #[test]
+    fn the_chart_defaults_are_the_default_pool() -> Result<(), ConvertError> {
+        let converted = convert("")?;
+        assert_eq!(converted.pools.len(), 1);
+        assert_eq!(converted.pools[0]["metadata"]["name"], "default");
+        assert_eq!(
+            spec_of(&converted, 0),
+            &json!({
+                "gpu": {"product": "Tesla-K80", "count": 2, "memoryMiB": 11441},
+                "interfaces": {"devicePlugin": true, "dra": false, "computeDomains": false},
+            })
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn legacy_pools_with_their_own_label_key_and_other_devices() -> Result<(), ConvertError> {
+        let converted = convert(
+            "topology:\n  nodePoolLabelKey: example.com/pool\n  nodePools:\n    h100:\n      \
+             gpuProduct: NVIDIA-H100\n      gpuCount: 8\n      gpuMemory: 81559\n      \
+             otherDevices: [{name: nvidia.com/hostdev, count: 4}]\n",
+        )?;
+        assert_eq!(
+            spec_of(&converted, 0),
+            &json!({
+                "nodeSelector": {"matchLabels": {"example.com/pool": "h100"}},
+                "gpu": {"product": "NVIDIA-H100", "count": 8, "memoryMiB": 81559},
+                "otherResources": [{"name": "nvidia.com/hostdev", "count": 4}],
+                "interfaces": {"devicePlugin": true, "dra": false, "computeDomains": false},
+            })
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn new_format_pools_and_the_chart_switches() -> Result<(), ConvertError> {
+        let values = r#"
+devicePlugin: {enabled: false}
+kwokGpuDevicePlugin: {enabled: false}
+kwokDraPlugin: {enabled: true}
+kwokComputeDomainDraPlugin: {enabled: true}
+statusExporter: {nodeResourceTopology: {enabled: true}}
+cluster:
+  migStrategy: none
+  nodePools:
+    gb200:
+      gpu:
+        backend: fake
+        profile: gb200
+        overrides:
+          device_count: 2
+          system: {driver_version: 570.86.15}
+          nvlink: {}
+      numa: {zones: 2, memPerZone: 64Gi, cpuPerZone: "16"}
+      resources: [{nvidia.com/hostdev: 2}]
+"#;
+        let converted = convert(values)?;
+        assert_eq!(
+            spec_of(&converted, 0),
+            &json!({
+                "gpu": {"backend": "fake", "profile": "gb200", "count": 2, "driverVersion": "570.86.15"},
+                "numa": {"zones": 2, "memoryPerZone": "64Gi", "cpuPerZone": "16"},
+                "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}],
+                "interfaces": {"devicePlugin": false, "dra": true, "computeDomains": true},
+            })
+        );
+        let notes = converted.notes.join("\n");
+        assert!(notes.contains("migStrategy none"), "{notes}");
+        assert!(notes.contains("NodeResourceTopology"), "{notes}");
+        assert!(notes.contains("overrides nvlink"), "{notes}");
+        let yaml = to_yaml(&converted).map_err(ConvertError::Yaml)?;
+        assert!(yaml.contains("---\napiVersion: fakegpu.dev/v1alpha1\nkind: GpuNodePool\n"));
+        Ok(())
+    }
+
+    #[test]
+    fn what_fakegpu_cannot_take_is_an_error() {
+        let no_interface =
+            "devicePlugin: {enabled: false}\nkwokGpuDevicePlugin: {enabled: false}\n";
+        assert!(matches!(
+            convert(no_interface),
+            Err(ConvertError::NoInterface)
+        ));
+        let bad_name =
+            "topology:\n  nodePools:\n    Big_Pool: {gpuProduct: X, gpuCount: 1, gpuMemory: 1}\n";
+        assert!(matches!(
+            convert(bad_name),
+            Err(ConvertError::InvalidName(_))
+        ));
+        let zero = "topology:\n  nodePools:\n    p: {gpuProduct: X, gpuCount: 0, gpuMemory: 1}\n";
+        let error = convert(zero).map(drop).unwrap_err().to_string();
+        assert!(
+            error.starts_with("node pool p:") && error.contains("count"),
+            "{error}"
+        );
+    }
+}
