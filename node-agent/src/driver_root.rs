@@ -29,7 +29,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use tracing::{info, warn};
 
-use crate::{dra::cdi::write_atomic, topology_source::Topology};
+use crate::{
+    dra::cdi::write_atomic,
+    metrics::{self, Metrics},
+    topology_source::Topology,
+};
 
 /// One path of the root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,7 +195,13 @@ fn prune(root: &Path, dir: &Path, entries: &BTreeMap<PathBuf, Entry>) -> std::io
 
 /// Keeps `root` in step with the node's document until the sender goes; a node whose document
 /// disappears (it left its pool) loses its root.
-pub async fn follow(root: PathBuf, shipped: Shipped, node: String, mut topology: Topology) {
+pub async fn follow(
+    root: PathBuf,
+    shipped: Shipped,
+    node: String,
+    mut topology: Topology,
+    metrics: Metrics,
+) {
     let mut laid_out = false;
     loop {
         let document = topology.borrow_and_update().clone();
@@ -202,6 +212,7 @@ pub async fn follow(root: PathBuf, shipped: Shipped, node: String, mut topology:
             {
                 Ok(changed) => {
                     laid_out = true;
+                    metrics.registered(metrics::DRIVER_ROOT, true);
                     if changed > 0 {
                         info!(node, root = %root.display(), changed, gpus = document.gpus.len(), "driver root in step with the topology document");
                     }
@@ -213,6 +224,7 @@ pub async fn follow(root: PathBuf, shipped: Shipped, node: String, mut topology:
             None if laid_out => {
                 remove(&root, &node);
                 laid_out = false;
+                metrics.registered(metrics::DRIVER_ROOT, false);
             }
             None => {}
         }
@@ -348,7 +360,14 @@ mod tests {
     async fn the_root_follows_the_document_and_goes_with_it() -> anyhow::Result<()> {
         let root = temp_root("follow");
         let (sender, receiver) = watch::channel(None);
-        let task = tokio::spawn(follow(root.clone(), shipped(), "n".into(), receiver));
+        let metrics = Metrics::new(vec![metrics::DRIVER_ROOT])?;
+        let task = tokio::spawn(follow(
+            root.clone(),
+            shipped(),
+            "n".into(),
+            receiver,
+            metrics.clone(),
+        ));
         let soname = root.join(LIBRARY_DIR).join(LIBRARY_SONAME);
         sender.send(Some(Arc::new(document(2))))?;
         wait_for(|| soname.exists()).await?;

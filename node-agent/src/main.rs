@@ -122,6 +122,7 @@ async fn run() -> anyhow::Result<()> {
         (serve_device_plugin, metrics::DEVICE_PLUGIN),
         (serve_dra, metrics::DRA),
         (serve_channels, metrics::COMPUTE_DOMAIN),
+        (driver_root.is_some(), metrics::DRIVER_ROOT),
     ];
     let metrics = metrics::Metrics::new(serving.iter().filter(|s| s.0).map(|s| s.1).collect())?;
     let http_addr = env_or(OPERATOR_HTTP_ADDR_ENV, DEFAULT_OPERATOR_HTTP_ADDR);
@@ -171,11 +172,12 @@ async fn run() -> anyhow::Result<()> {
         }
     };
     let lay_out = {
-        let (client, node, topology, shutdown) = (
+        let (client, node, topology, shutdown, metrics) = (
             client.clone(),
             node.clone(),
             topology.clone(),
             shutdown.clone(),
+            metrics.clone(),
         );
         async move {
             let (Some(root), Some(shipped)) = (driver_root, shipped) else {
@@ -183,7 +185,7 @@ async fn run() -> anyhow::Result<()> {
                 return Ok(());
             };
             tokio::select! {
-                () = driver_root::follow(root.clone(), shipped, node.clone(), topology) => {}
+                () = driver_root::follow(root.clone(), shipped, node.clone(), topology, metrics) => {}
                 () = shutdown => {
                     if !driver_root::still_wanted(client, &node).await {
                         driver_root::remove(&root, &node);

@@ -16,6 +16,8 @@ pub const DEVICE_PLUGIN: &str = "device-plugin";
 pub const DRA: &str = "dra";
 /// The compute-domain DRA plugin (driver `compute-domain.nvidia.com`).
 pub const COMPUTE_DOMAIN: &str = "compute-domain";
+/// The driver root of a `backend: mock` node: "registered" once laid out for the document.
+pub const DRIVER_ROOT: &str = "driver-root";
 
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -128,7 +130,9 @@ impl fakegpu_runtime::Probes for Metrics {
         }
         for plugin in &self.serving {
             if self.registered.with_label_values(&[*plugin]).get() != 1 {
-                return Err(format!("{plugin} not registered with the kubelet"));
+                return Err(format!(
+                    "{plugin} not registered with the kubelet (or not laid out)"
+                ));
             }
         }
         Ok(())

@@ -94,7 +94,10 @@ pub fn explicit_gpu_is_complete() -> Rule {
 
 pub fn mock_needs_profile() -> Rule {
     Rule::new("self.backend != 'mock' || has(self.profile)")
-        .message("the mock backend needs a profile: NVIDIA's mock NVML is configured from one")
+        .message(
+            "the mock backend needs a profile: NVIDIA's components read the GPUs' architecture, \
+             brand and compute capability from fakegpu's NVML library, which takes them from it",
+        )
         .field_path(".profile")
 }
 
