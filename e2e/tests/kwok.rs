@@ -759,40 +759,34 @@ async fn device_plugin_and_dra_demand_beyond_the_gpus_is_an_event_on_the_node() 
         fakegpu_e2e::warning_event(&client, &node, "GpusOverbooked", &problem, CONVERGE).await?;
         // The pool says which node, for whoever reads its status rather than the node's Events.
         let pools: Api<GpuNodePool> = Api::all(client.clone());
-        eventually(
-            "the pool's Overbooked condition naming the node",
-            CONVERGE,
-            || async {
-                let status = pools.get(&pool).await?.status.unwrap_or_default();
-                Ok(status
-                    .conditions
-                    .iter()
-                    .any(|c| {
-                        c.type_ == "Overbooked"
-                            && c.status == "True"
-                            && c.message.contains(&format!("{node} ({problem})"))
-                    })
-                    .then_some(()))
-            },
-        )
-        .await?;
+        let overbooked_reads = |status: &'static str, mention: String| {
+            let (pools, pool) = (pools.clone(), pool.clone());
+            async move {
+                eventually(&format!("Overbooked={status}"), CONVERGE, || async {
+                    let conditions = pools
+                        .get(&pool)
+                        .await?
+                        .status
+                        .unwrap_or_default()
+                        .conditions;
+                    Ok(conditions
+                        .iter()
+                        .any(|c| {
+                            c.type_ == "Overbooked"
+                                && c.status == status
+                                && c.message.contains(&mention)
+                        })
+                        .then_some(()))
+                })
+                .await
+            }
+        };
+        overbooked_reads("True", format!("{node} ({problem})")).await?;
         // The greedy pod gone, the pool fits again.
         Api::<Pod>::namespaced(client.clone(), &namespace)
             .delete("greedy", &DeleteParams::default().grace_period(0))
             .await?;
-        eventually(
-            "Overbooked=False once the pod is gone",
-            CONVERGE,
-            || async {
-                let status = pools.get(&pool).await?.status.unwrap_or_default();
-                Ok(status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Overbooked" && c.status == "False")
-                    .then_some(()))
-            },
-        )
-        .await
+        overbooked_reads("False", String::new()).await
     }
     .await;
     cleanup.after(result).await

@@ -46,6 +46,20 @@ pub struct NodeProblems {
     pub overbooked: BTreeMap<String, String>,
 }
 
+/// `what: ` and the first [`NAMED_CONFLICTS`] of `names`, with how many more there are: a
+/// condition message stays short on a pool of thousands of nodes.
+fn naming(what: String, names: &[String]) -> String {
+    let more = names.len().saturating_sub(NAMED_CONFLICTS);
+    let mut message = format!(
+        "{what}: {}",
+        names[..names.len().min(NAMED_CONFLICTS)].join(", ")
+    );
+    if more > 0 {
+        message.push_str(&format!(" and {more} more"));
+    }
+    message
+}
+
 /// Whether the status says Ready=True.
 pub fn is_ready(status: &GpuNodePoolStatus) -> bool {
     status
@@ -171,12 +185,10 @@ pub fn desired_status(
             "no node is selected by another pool".into(),
         )
     } else {
-        let more = contested.len().saturating_sub(NAMED_CONFLICTS);
-        let mut message = format!("{} nodes selected by several pools: ", contested.len());
-        message.push_str(&contested[..contested.len().min(NAMED_CONFLICTS)].join(", "));
-        if more > 0 {
-            message.push_str(&format!(" and {more} more"));
-        }
+        let message = naming(
+            format!("{} nodes selected by several pools", contested.len()),
+            &contested,
+        );
         condition(CONFLICT, true, "NodeSelectedByOtherPools", message)
     };
 
@@ -196,15 +208,13 @@ pub fn desired_status(
             "every pod on the pool's nodes has the GPUs it asked for".into(),
         )
     } else {
-        let more = overbooked.len().saturating_sub(NAMED_CONFLICTS);
-        let mut message = format!(
-            "{} nodes run pods their GPUs cannot serve as asked: ",
-            overbooked.len()
+        let message = naming(
+            format!(
+                "{} nodes run pods their GPUs cannot serve as asked",
+                overbooked.len()
+            ),
+            &overbooked,
         );
-        message.push_str(&overbooked[..overbooked.len().min(NAMED_CONFLICTS)].join(", "));
-        if more > 0 {
-            message.push_str(&format!(" and {more} more"));
-        }
         condition(OVERBOOKED, true, "GpusOverbooked", message)
     };
 
