@@ -404,7 +404,7 @@ async fn the_reference_s_helm_values_convert_to_pools_the_api_server_accepts() -
 {
     let client = admin_client().await?;
     install_crds(&client).await?;
-    let values = std::fs::read_to_string(repo_root().join("examples/reference-helm-values.yaml"))?;
+    let values = std::fs::read_to_string(repo_root().join("examples/reference-helm/values.yaml"))?;
     let converted = fakegpu_api::convert::convert(&values)?;
     ensure!(converted.pools.len() == 3, "{converted:?}");
     let pools = pools_untyped(&client);
