@@ -398,6 +398,26 @@ async fn invalid_pools_are_refused_with_the_field_named() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// What hack/demo.sh (the README's first command) applies of examples/ is accepted as it is:
+/// every file there is a manifest the API server takes.
+#[tokio::test]
+async fn the_examples_apply_as_the_demo_applies_them() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let namespace = create_namespace(&client, "examples").await?;
+    let cleanup = Cleanup::new(&client).namespace(&namespace);
+    let examples = repo_root().join("examples");
+    let applied = kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-n",
+        &namespace,
+        "-f",
+        &examples.to_string_lossy(),
+    ]);
+    cleanup.after(applied.map(drop)).await
+}
+
 /// The reference's Helm values, converted (`fakegpu-convert`), are pools the API server takes.
 #[tokio::test]
 async fn the_reference_s_helm_values_convert_to_pools_the_api_server_accepts() -> anyhow::Result<()>
