@@ -8,7 +8,7 @@
 use serde_json::{Map, Value, json};
 use validator::Validate;
 
-use crate::{names::label::NODE_POOL, pool::GpuNodePoolSpec};
+use crate::{meta::is_dns_subdomain, names::label::NODE_POOL, pool::GpuNodePoolSpec};
 
 /// GpuNodePools (as API objects) and what the user should know about the conversion.
 #[derive(Debug, Default, PartialEq)]
@@ -112,17 +112,6 @@ pub fn convert(values: &str) -> Result<Converted, ConvertError> {
     Ok(converted)
 }
 
-fn is_object_name(name: &str) -> bool {
-    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !name.is_empty()
-        && name.len() <= 253
-        && name
-            .chars()
-            .all(|c| alphanumeric(c) || c == '-' || c == '.')
-        && name.starts_with(alphanumeric)
-        && name.ends_with(alphanumeric)
-}
-
 /// One pool's spec, in either of the reference's formats; checked against fakegpu's types.
 fn pool_spec(
     name: &str,
@@ -131,7 +120,7 @@ fn pool_spec(
     interfaces: &Value,
     notes: &mut Vec<String>,
 ) -> Result<Value, ConvertError> {
-    if !is_object_name(name) {
+    if !is_dns_subdomain(name) {
         return Err(ConvertError::InvalidName(name.to_owned()));
     }
     let invalid = |reason: String| ConvertError::InvalidPool {

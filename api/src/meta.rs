@@ -14,6 +14,19 @@ pub fn metadata_current<K: Resource>(current: &K, desired: &K) -> bool {
         && current.owner_references() == desired.owner_references()
 }
 
+/// Whether `name` is a DNS subdomain, the name most API objects must have: at most 253
+/// characters of lowercase letters, digits, `-` and `.`, alphanumeric at both ends.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| alphanumeric(c) || c == '-' || c == '.')
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric)
+}
+
 /// Where a cache that dropped content it only compares records the content's [`digest`]. Only
 /// ever in memory: no object on the API server carries it.
 pub const CACHED_DIGEST: &str = "fakegpu.dev/cached-digest";

@@ -6,6 +6,7 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use fakegpu_api::{
     compute_domain::{ComputeDomain, ComputeDomainNode, ComputeDomainStatus, DomainState},
+    meta::is_dns_subdomain,
     names::compute_domain as names,
 };
 use k8s_openapi::{api::resource::v1::ResourceClaim, apimachinery::pkg::apis::meta::v1::Time};
@@ -39,18 +40,9 @@ pub struct TemplateProblem {
 }
 
 impl TemplateProblem {
-    /// A name no object can have (a DNS subdomain: at most 253 characters of lowercase
-    /// letters, digits, `-` and `.`, alphanumeric at both ends). NVIDIA's CRD does not check it.
+    /// A name no object can have (not a DNS subdomain). NVIDIA's CRD does not check it.
     pub fn of_name(name: &str) -> Option<Self> {
-        let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-        let valid = !name.is_empty()
-            && name.len() <= 253
-            && name
-                .chars()
-                .all(|c| alphanumeric(c) || c == '-' || c == '.')
-            && name.starts_with(alphanumeric)
-            && name.ends_with(alphanumeric);
-        (!valid).then(|| Self {
+        (!is_dns_subdomain(name)).then(|| Self {
             reason: "InvalidTemplateName",
             message: format!(
                 "channel.resourceClaimTemplate.name {name:?} is not a DNS subdomain (lowercase \
