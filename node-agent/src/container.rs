@@ -1,10 +1,7 @@
 //! What every container given GPUs gets besides its devices, from either plugin: the variables
 //! the fake nvidia-smi reads and the nvidia-smi itself.
 
-use std::{
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use fakegpu_api::names::container_env;
 
@@ -48,18 +45,14 @@ impl ContainerEdits {
     /// there already. Both DaemonSets may do it on one node: the copy is written beside the
     /// target and renamed over it, so a container never mounts half a binary.
     pub fn install_nvidia_smi(&self, source: &Path) -> std::io::Result<bool> {
-        let bytes = std::fs::read(source)?;
-        if std::fs::read(&self.nvidia_smi).is_ok_and(|there| there == bytes) {
-            return Ok(false);
-        }
-        crate::dra::cdi::write_atomic(&self.nvidia_smi, &bytes)?;
-        std::fs::set_permissions(&self.nvidia_smi, std::fs::Permissions::from_mode(0o755))?;
-        Ok(true)
+        crate::replace_file(&self.nvidia_smi, &std::fs::read(source)?, 0o755)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

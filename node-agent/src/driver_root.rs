@@ -13,7 +13,6 @@
 
 use std::{
     collections::BTreeMap,
-    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -30,8 +29,8 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::{
-    dra::cdi::write_atomic,
     metrics::{self, Metrics},
+    replace_file,
     topology_source::Topology,
 };
 
@@ -142,20 +141,10 @@ pub fn apply(root: &Path, entries: &BTreeMap<PathBuf, Entry>) -> std::io::Result
 fn write(path: &Path, entry: &Entry) -> std::io::Result<bool> {
     match entry {
         Entry::File { bytes, executable } => {
-            let mode = if *executable { 0o755 } else { 0o644 };
-            let same = std::fs::symlink_metadata(path).is_ok_and(|m| {
-                m.is_file()
-                    && m.permissions().mode() & 0o777 == mode
-                    && m.len() == bytes.len() as u64
-            }) && std::fs::read(path).is_ok_and(|there| *there == **bytes);
-            if same {
-                return Ok(false);
-            }
             if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
                 std::fs::remove_dir_all(path)?;
             }
-            write_atomic(path, bytes)?;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+            return replace_file(path, bytes, if *executable { 0o755 } else { 0o644 });
         }
         Entry::Link(target) => {
             if std::fs::read_link(path).is_ok_and(|there| there == *target) {
@@ -265,6 +254,8 @@ pub fn remove(root: &Path, node: &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use fakegpu_api::topology::GpuTopology;
     use tokio::sync::watch;
 

@@ -27,6 +27,22 @@ pub mod smi;
 pub mod topology_source;
 pub mod uds;
 
+/// Puts `bytes` at `path` with permission bits `mode` unless an identical file is there
+/// already; true when it wrote. The copy is written beside the target and renamed over it, so
+/// a reader never sees half a file, and a process that mapped the old one keeps it.
+pub fn replace_file(path: &std::path::Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    let same = std::fs::symlink_metadata(path).is_ok_and(|m| {
+        m.is_file() && m.permissions().mode() & 0o777 == mode && m.len() == bytes.len() as u64
+    }) && std::fs::read(path).is_ok_and(|there| there == bytes);
+    if same {
+        return Ok(false);
+    }
+    dra::cdi::write_atomic(path, bytes)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(true)
+}
+
 /// Removes a file; one already gone counts as removed.
 pub fn remove_if_present(path: &std::path::Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
