@@ -121,11 +121,9 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) -> 
         let created = |u: &GpuUser| u.created.as_ref().map(|t| t.0);
         (created(a), &a.namespace, &a.pod).cmp(&(created(b), &b.namespace, &b.pod))
     });
-    // (user, which slots serve the request, how many)
+    // (user, which slots serve the request, how many, the resource asked for)
     type Matcher = Box<dyn Fn(&Kind) -> bool>;
-    let mut demands: Vec<(&GpuUser, Matcher, u32)> = Vec::new();
-    // The resource each demand asks for, for what cannot be served.
-    let mut resources: Vec<String> = Vec::new();
+    let mut demands: Vec<(&GpuUser, Matcher, u32, String)> = Vec::new();
     for user in waiting {
         if user.extended > 0 {
             let matcher: Matcher = if mig_single {
@@ -133,15 +131,14 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) -> 
             } else {
                 Box::new(|k: &Kind| *k == Kind::Gpu)
             };
-            demands.push((user, matcher, user.extended));
-            resources.push(resource::GPU.to_owned());
+            demands.push((user, matcher, user.extended, resource::GPU.to_owned()));
         }
         // A single-strategy node advertises no nvidia.com/mig-<profile>.
         for (profile, count) in user.mig.iter().filter(|_| !mig_single) {
-            resources.push(format!("{}{profile}", resource::MIG_PREFIX));
+            let asked = format!("{}{profile}", resource::MIG_PREFIX);
             let profile = profile.clone();
             let matcher: Matcher = Box::new(move |k: &Kind| *k == Kind::Mig(profile.clone()));
-            demands.push((user, matcher, *count));
+            demands.push((user, matcher, *count, asked));
         }
     }
     let mut overbooked = Vec::new();
@@ -179,7 +176,7 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) -> 
         &recorded,
         &previous,
     ] {
-        for ((user, matches, count), held) in demands.iter().zip(held.iter_mut()) {
+        for ((user, matches, count, _), held) in demands.iter().zip(held.iter_mut()) {
             for slot in slots.iter_mut() {
                 if *held < *count
                     && matches(&slot.kind)
@@ -193,7 +190,7 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) -> 
         }
     }
     // Then the lowest free slots, oldest pod first.
-    for (((user, matches, count), held), resource) in demands.iter().zip(held).zip(&resources) {
+    for ((user, matches, count, resource), held) in demands.iter().zip(held) {
         let free = slots
             .iter_mut()
             .filter(|s| matches(&s.kind) && !s.status.in_use());
