@@ -136,16 +136,14 @@ fn pool_spec(
         spec.insert("gpu".into(), gpu_of(name, gpu, notes));
     } else {
         // The legacy format: product, count and memory, other devices beside.
-        let mut gpu = Map::new();
-        for (from, to) in [
-            ("gpuProduct", "product"),
-            ("gpuCount", "count"),
-            ("gpuMemory", "memoryMiB"),
-        ] {
-            if let Some(value) = pool.get(from) {
-                gpu.insert(to.into(), value.clone());
-            }
-        }
+        let gpu = renamed(
+            pool,
+            &[
+                ("gpuProduct", "product"),
+                ("gpuCount", "count"),
+                ("gpuMemory", "memoryMiB"),
+            ],
+        );
         spec.insert("gpu".into(), Value::Object(gpu));
         for device in pool
             .get("otherDevices")
@@ -157,7 +155,20 @@ fn pool_spec(
         }
     }
     if let Some(numa) = pool.get("numa") {
-        spec.insert("numa".into(), numa_of(numa));
+        // `memPerZone` is `memoryPerZone` here.
+        let numa = renamed(
+            numa,
+            &[
+                ("zones", "zones"),
+                ("gpusPerZone", "gpusPerZone"),
+                ("topologyManagerPolicy", "topologyManagerPolicy"),
+                ("topologyManagerScope", "topologyManagerScope"),
+                ("cpuPerZone", "cpuPerZone"),
+                ("memPerZone", "memoryPerZone"),
+                ("distances", "distances"),
+            ],
+        );
+        spec.insert("numa".into(), Value::Object(numa));
     }
     // `resources: [{nvidia.com/hostdev: 4}]`.
     for entry in pool
@@ -184,16 +195,11 @@ fn pool_spec(
 /// The new format's `gpu`: backend and profile, and of nvml-mock's `overrides` what a pool has
 /// fields for (product, memory, count, driver and CUDA versions).
 fn gpu_of(pool: &str, gpu: &Value, notes: &mut Vec<String>) -> Value {
-    let mut out = Map::new();
-    for field in ["backend", "profile"] {
-        if let Some(value) = gpu.get(field) {
-            out.insert(field.into(), value.clone());
-        }
-    }
-    let Some(overrides) = gpu.get("overrides").and_then(Value::as_object) else {
+    let mut out = renamed(gpu, &[("backend", "backend"), ("profile", "profile")]);
+    let Some(overrides) = gpu.get("overrides").filter(|o| o.is_object()) else {
         return Value::Object(out);
     };
-    let at = |pointer: &str| Value::Object(overrides.clone()).pointer(pointer).cloned();
+    let at = |pointer: &str| overrides.pointer(pointer).cloned();
     if let Some(product) = at("/device_defaults/name") {
         out.insert("product".into(), product);
     }
@@ -217,7 +223,9 @@ fn gpu_of(pool: &str, gpu: &Value, notes: &mut Vec<String>) -> Value {
     }
     let known = ["device_defaults", "device_count", "devices", "system"];
     let ignored: Vec<&str> = overrides
-        .keys()
+        .as_object()
+        .into_iter()
+        .flat_map(|o| o.keys())
         .map(String::as_str)
         .filter(|k| !known.contains(k))
         .collect();
@@ -230,23 +238,12 @@ fn gpu_of(pool: &str, gpu: &Value, notes: &mut Vec<String>) -> Value {
     Value::Object(out)
 }
 
-/// The reference's `numa`; `memPerZone` is `memoryPerZone` here.
-fn numa_of(numa: &Value) -> Value {
-    let mut out = Map::new();
-    for (from, to) in [
-        ("zones", "zones"),
-        ("gpusPerZone", "gpusPerZone"),
-        ("topologyManagerPolicy", "topologyManagerPolicy"),
-        ("topologyManagerScope", "topologyManagerScope"),
-        ("cpuPerZone", "cpuPerZone"),
-        ("memPerZone", "memoryPerZone"),
-        ("distances", "distances"),
-    ] {
-        if let Some(value) = numa.get(from) {
-            out.insert(to.into(), value.clone());
-        }
-    }
-    Value::Object(out)
+/// The `fields` of `from` that it has, each under its new name.
+fn renamed(from: &Value, fields: &[(&str, &str)]) -> Map<String, Value> {
+    fields
+        .iter()
+        .filter_map(|(name, new)| Some(((*new).to_owned(), from.get(name)?.clone())))
+        .collect()
 }
 
 /// The pools as one YAML stream, the notes as comments ahead of them.
