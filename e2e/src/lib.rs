@@ -510,6 +510,26 @@ pub async fn set_node_pool(client: &Client, node: &str, pool: Option<&str>) -> a
     Ok(())
 }
 
+/// Sets annotation `key` of `node` to `value`, or removes it with `None`.
+pub async fn annotate_node(
+    client: &Client,
+    node: &str,
+    key: &str,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {key: value}}
+            })),
+        )
+        .await
+        .with_context(|| format!("annotating node {node}"))?;
+    Ok(())
+}
+
 /// Waits until the operator has labelled `node` for `pool` (`fakegpu.dev/pool`).
 pub async fn labelled_for(
     client: &Client,

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
-use fakegpu_api::GpuNodePool;
+use fakegpu_api::{GpuNodePool, names::annotation::RUNAI_MIG_CONFIG};
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_kwok_pod, create_pool, eventually, install_crds, kwok_scenario,
-    running_pod, topology_of, unique_name, warning_event,
+    Cleanup, admin_client, annotate_node, create_kwok_pod, create_pool, eventually, install_crds,
+    kwok_scenario, running_pod, topology_of, unique_name, warning_event,
 };
 use k8s_openapi::api::{
     core::v1::Node,
@@ -249,14 +249,6 @@ fn capacity(node: &Node, name: &str) -> Option<String> {
         .map(|q| q.0.clone())
 }
 
-async fn annotate(nodes: &Api<Node>, node: &str, value: Option<&str>) -> anyhow::Result<()> {
-    let patch = json!({"metadata": {"annotations": {"run.ai/mig.config": value}}});
-    nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    Ok(())
-}
-
 #[tokio::test]
 async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> anyhow::Result<()> {
     let (client, pool, node, namespace, cleanup) = kwok_scenario("dynmig").await?;
@@ -277,7 +269,7 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
 
         // Run:ai configures only nodes it marks for dynamic MIG; elsewhere the annotation is
         // reported and changes nothing.
-        annotate(&nodes, &node, Some(DYNAMIC_CONFIG)).await?;
+        annotate_node(&client, &node, RUNAI_MIG_CONFIG, Some(DYNAMIC_CONFIG)).await?;
         warning_event(
             &client,
             &node,
@@ -386,7 +378,7 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
 
         // A configuration that cannot be: state failed, an Event, the node as it was.
         let overlapping = DYNAMIC_CONFIG.replace("position: 6", "position: 5");
-        annotate(&nodes, &node, Some(&overlapping)).await?;
+        annotate_node(&client, &node, RUNAI_MIG_CONFIG, Some(&overlapping)).await?;
         eventually("state failed", CONVERGE, || async {
             let n = nodes.get(&node).await?;
             Ok((n
@@ -407,7 +399,7 @@ async fn runai_dynamic_mig_partitions_gpus_and_is_answered_with_a_mapping() -> a
         );
 
         // Without a configuration the node has its pool's layout again, and no answer.
-        annotate(&nodes, &node, None).await?;
+        annotate_node(&client, &node, RUNAI_MIG_CONFIG, None).await?;
         eventually("whole GPUs, no state, no mapping", CONVERGE, || async {
             let n = nodes.get(&node).await?;
             let done = capacity(&n, "nvidia.com/gpu").as_deref() == Some("2")

@@ -12,8 +12,8 @@ use fakegpu_api::{
     topology::gpu_uuid,
 };
 use fakegpu_e2e::{
-    Cleanup, OPERATOR_NAMESPACE, admin_client, create_kwok_node, create_pool, eventually, http_get,
-    install_crds, operator_address, topology_of, unique_name, warning_event,
+    Cleanup, OPERATOR_NAMESPACE, admin_client, annotate_node, create_kwok_node, create_pool,
+    eventually, http_get, install_crds, operator_address, topology_of, unique_name, warning_event,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -589,19 +589,8 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        let annotate = |value: serde_json::Value| {
-            let nodes = nodes(&client);
-            let node = node.clone();
-            async move {
-                nodes
-                    .patch(
-                        &node,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"annotations": {
-                            annotation::UNHEALTHY_GPUS: value}}})),
-                    )
-                    .await
-            }
+        let annotate = |value: Option<&'static str>| {
+            annotate_node(&client, &node, annotation::UNHEALTHY_GPUS, value)
         };
         let health_becomes = |want: &'static str| {
             let client = client.clone();
@@ -617,7 +606,7 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
             }
         };
         health_becomes("Healthy,Healthy,Healthy,Healthy").await?;
-        annotate(json!("1, 3,nine,7")).await?;
+        annotate(Some("1, 3,nine,7")).await?;
         health_becomes("Healthy,Unhealthy,Healthy,Unhealthy").await?;
         // What names no GPU of the node is said, on the node.
         warning_event(&client, &node, "InvalidUnhealthyGpus", "nine, 7", CONVERGE).await?;
@@ -633,7 +622,7 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
             .then_some(()))
         })
         .await?;
-        annotate(serde_json::Value::Null).await?;
+        annotate(None).await?;
         health_becomes("Healthy,Healthy,Healthy,Healthy").await
     }
     .await;

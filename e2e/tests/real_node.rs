@@ -1498,7 +1498,10 @@ fn gpu_feature_discovery(root: &std::path::Path) -> anyhow::Result<BTreeMap<Stri
 async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
     use fakegpu_api::{
         GpuNodePool,
-        names::nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
+        names::{
+            annotation::UNHEALTHY_GPUS,
+            nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
+        },
     };
     let node = real_node();
     let root = std::path::Path::new(DRIVER_ROOT);
@@ -1630,14 +1633,8 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
             .iter()
             .find(|g| g.id != visible)
             .context("a second GPU")?;
-        Api::<Node>::all(client.clone())
-            .patch(
-                &node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {
-                    fakegpu_api::names::annotation::UNHEALTHY_GPUS: other.index.to_string()}}})),
-            )
-            .await?;
+        let index = other.index.to_string();
+        fakegpu_e2e::annotate_node(client, &node, UNHEALTHY_GPUS, Some(&index)).await?;
         eventually(
             "NVIDIA's plugin reporting the faulty GPU unhealthy",
             CONVERGE,
@@ -1653,14 +1650,7 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
     .await;
     // The fault goes with the test (NVIDIA's plugin never marks a GPU healthy again, so the
     // next test starts from a fresh plugin anyway).
-    let cleared = Api::<Node>::all(client.clone())
-        .patch(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                fakegpu_api::names::annotation::UNHEALTHY_GPUS: null}}})),
-        )
-        .await;
+    let cleared = fakegpu_e2e::annotate_node(client, &node, UNHEALTHY_GPUS, None).await;
     // SIGTERM: the plugin removes its socket, and the kubelet drops its devices.
     let stopped = std::process::Command::new("kill")
         .args(["-TERM", &plugin.id().to_string()])
