@@ -154,7 +154,9 @@ async fn run() -> anyhow::Result<()> {
     };
     // Which GPUs the kubelet gave each container, from fakegpu's device plugin or, on a mock
     // node, NVIDIA's (its device IDs are the UUIDs the library reports).
-    let report = serve_device_plugin || driver_root.is_some();
+    // The plugins end on shutdown themselves, after removing their sockets: only without them
+    // does shutdown end the reporter.
+    let report_only = !serve_device_plugin && driver_root.is_some();
     let device_plugins = {
         let plugins = device_plugin::run(
             device_plugin,
@@ -164,10 +166,16 @@ async fn run() -> anyhow::Result<()> {
         );
         let shutdown = shutdown.clone();
         async move {
-            tokio::select! {
-                result = plugins, if serve_device_plugin => result,
-                () = reporter.run(), if report => Ok(()),
-                () = shutdown => Ok(()),
+            if serve_device_plugin {
+                tokio::select! {
+                    result = plugins => result,
+                    () = reporter.run() => Ok(()),
+                }
+            } else {
+                tokio::select! {
+                    () = reporter.run(), if report_only => Ok(()),
+                    () = shutdown => Ok(()),
+                }
             }
         }
     };
