@@ -26,6 +26,8 @@ pub mod pods;
 pub mod pool;
 pub mod recent;
 pub mod retry;
+pub mod served;
+pub mod streams;
 #[cfg(test)]
 mod testing;
 pub mod tracking;

@@ -40,7 +40,7 @@ async fn run() -> anyhow::Result<()> {
     let node_resource_topology = match std::env::var(NODE_RESOURCE_TOPOLOGY_ENV).as_deref() {
         Ok("false") => false,
         Ok("auto") | Err(_) => {
-            let served = controllers::serves_node_resource_topology(&client).await?;
+            let served = fakegpu_operator::served::serves_node_resource_topology(&client).await?;
             if !served {
                 tracing::warn!(
                     "topology.node.k8s.io/v1alpha2 is not served: no NodeResourceTopology will be published (install its CRD and restart the operator)"

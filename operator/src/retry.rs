@@ -5,6 +5,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
+use kube::ResourceExt;
 use parking_lot::Mutex;
 
 pub const FIRST_DELAY: Duration = Duration::from_secs(5);
@@ -38,6 +39,23 @@ impl Retries {
             failures.remove(&(controller, object.to_owned()));
         }
     }
+}
+
+/// How [`crate::retry::Retries`] knows an object: `namespace/name`, or `name`.
+pub fn key<K: kube::Resource>(object: &K) -> String {
+    match object.meta().namespace.as_deref() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    }
+}
+
+/// What an error policy answers: the next attempt after the object's backoff delay.
+pub fn after_failure<K: kube::Resource>(
+    ctx: &crate::Context,
+    controller: &'static str,
+    object: &K,
+) -> kube::runtime::controller::Action {
+    kube::runtime::controller::Action::requeue(ctx.retries.failed(controller, key(object)))
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Error, Result, apply, controllers, events};
+use crate::{Context, Error, Result, apply, events};
 
 pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
     if domain.metadata.deletion_timestamp.is_some() {
@@ -138,7 +138,7 @@ fn reference(domain: &ComputeDomain) -> ObjectReference {
 pub fn error_policy(domain: Arc<ComputeDomain>, error: &crate::Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("compute-domain", error);
     warn!(domain = %domain.name_any(), %error, kind = error.metric_label(), "ComputeDomain reconcile failed");
-    controllers::retry_after_failure(&ctx, "compute-domain", domain.as_ref())
+    crate::retry::after_failure(&ctx, "compute-domain", domain.as_ref())
 }
 
 /// The domain a claim made from a domain's template belongs to.
@@ -155,7 +155,7 @@ pub fn domain_of_template(template: &ResourceClaimTemplate) -> Option<ObjectRef<
 
 /// Whether the cluster serves ComputeDomains.
 pub async fn served(client: &Client) -> anyhow::Result<bool> {
-    controllers::serves(client, GROUP, VERSION, PLURAL).await
+    crate::served::serves(client, GROUP, VERSION, PLURAL).await
 }
 
 /// The domain and template caches and their watches, made before the shared [`Context`] (which
@@ -179,20 +179,20 @@ impl Watches {
     pub fn new(client: &Client) -> Self {
         let (domains, domain_writer) = reflector::store::<ComputeDomain>();
         let (templates, template_writer) = reflector::store::<ResourceClaimTemplate>();
-        let domain_events = controllers::cached(
+        let domain_events = crate::streams::cached(
             Api::all(client.clone()),
             watcher::Config::default(),
             domain_writer,
             apply::drop_managed_fields,
         );
-        let (drive_domains, [domain_events]) = controllers::fan_out(domain_events);
-        let template_events = controllers::cached(
+        let (drive_domains, [domain_events]) = crate::streams::fan_out(domain_events);
+        let template_events = crate::streams::cached(
             Api::all(client.clone()),
             watcher::Config::default().labels(names::TEMPLATE_LABEL),
             template_writer,
             apply::drop_managed_fields,
         );
-        let (drive_templates, [template_events]) = controllers::fan_out(template_events);
+        let (drive_templates, [template_events]) = crate::streams::fan_out(template_events);
         Self {
             domains,
             templates,
@@ -217,11 +217,11 @@ impl Watches {
             .watches_shared_stream(claims, |c| domain_of_claim(&c))
             .shutdown_on_signal()
             .run(
-                controllers::measured("compute-domain", reconcile),
+                crate::streams::measured("compute-domain", reconcile),
                 error_policy,
                 ctx,
             )
-            .for_each(|result| controllers::log_outcome("compute-domain", result))
+            .for_each(|result| crate::streams::log_outcome("compute-domain", result))
             .await;
         Ok(())
     }

@@ -591,7 +591,7 @@ pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action
         .failures
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
-    crate::controllers::retry_after_failure(&ctx, "node", node.as_ref())
+    crate::retry::after_failure(&ctx, "node", node.as_ref())
 }
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.

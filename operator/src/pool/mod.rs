@@ -121,7 +121,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
 pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("pool", error);
     warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
-    crate::controllers::retry_after_failure(&ctx, "pool", pool.as_ref())
+    crate::retry::after_failure(&ctx, "pool", pool.as_ref())
 }
 
 /// Pools a node event concerns: those that select it and the one it is labelled for.

@@ -1,0 +1,255 @@
+//! The plumbing every watched kind goes through, whichever controller reads it: watcher ->
+//! reflector (the cache reconciles read) -> the touched objects as the cache's own `Arc`s
+//! ([`shared_touched`]: applied *and* deleted objects: a deleted node changes its pool's
+//! status, a deleted topology ConfigMap must be written again) -> a fan-out ([`fan_out`]) to
+//! the controllers that need the events. kube's shared-store subscriptions were not used: they
+//! pass on applied objects only, and under load a pool deletion was seen to go unnoticed
+//! through them. Which kind feeds which controller is wired in [`crate::controllers`].
+
+use std::{collections::HashMap, sync::Arc};
+
+use futures::{Stream, StreamExt, channel::mpsc, future, future::BoxFuture, stream};
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        controller::{self, Action},
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tracing::warn;
+
+use crate::{Context, recent::RecentWrites, retry};
+
+/// Objects per page of a watcher's initial list. A page arrives and is decoded whole before the
+/// caches trim its objects, and on a restart every watcher lists at once: at client-go's 500,
+/// the pages in flight were a large part of a restart's peak memory at 10 000 nodes.
+pub(crate) const LIST_PAGE_SIZE: u32 = 100;
+
+/// One kind's watch feeding its cache: every object applied or deleted, after `modify` (which
+/// trims what the cache need not hold). Watch errors are logged and retried with backoff.
+pub(crate) fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    modify: impl FnMut(&mut K) + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let store = writer.as_reader();
+    shared_touched(
+        store,
+        log_errors(
+            watcher(api, config.page_size(LIST_PAGE_SIZE))
+                .default_backoff()
+                .modify(modify)
+                .reflect(writer),
+        ),
+    )
+}
+
+/// The objects a watch touched (applied or deleted), each as the cache's own `Arc` rather than
+/// a second copy: until the controllers start, their streams hold every object of the initial
+/// lists. A list's objects are passed on when the list is complete, since only then does the
+/// cache hold them (it swaps a whole list in at once); passed on as they arrived, each was a
+/// copy next to the cache's, and a restart's peak memory held both. Deleted objects, gone from
+/// the cache, keep theirs.
+pub(crate) fn shared_touched<K>(
+    store: Store<K>,
+    events: impl Stream<Item = watcher::Event<K>>,
+) -> impl Stream<Item = Arc<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut listed: Vec<ObjectRef<K>> = Vec::new();
+    events.flat_map(move |event| {
+        let objects: Vec<Arc<K>> = match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => vec![
+                store
+                    .get(&ObjectRef::from_obj(&object))
+                    .unwrap_or_else(|| Arc::new(object)),
+            ],
+            watcher::Event::Init => {
+                listed.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                listed.push(ObjectRef::from_obj(&object));
+                Vec::new()
+            }
+            watcher::Event::InitDone => listed.drain(..).filter_map(|r| store.get(&r)).collect(),
+        };
+        stream::iter(objects)
+    })
+}
+
+/// Tells `recent` of every object a watch delivers, so that writes the cache now shows are no
+/// longer held back (see [`crate::recent`]). Runs after the cache took the object and before
+/// the controllers hear of it.
+pub(crate) fn confirm<K: kube::Resource<DynamicType = ()>>(
+    recent: &Arc<RecentWrites>,
+) -> impl Fn(&Arc<K>) + use<K> {
+    let recent = recent.clone();
+    move |object| recent.seen(object.as_ref())
+}
+
+/// Wraps a reconcile function so that every run is counted and timed under `controller`.
+pub(crate) fn measured<K, F, Fut>(
+    controller: &'static str,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::Result<Action>>
+where
+    K: kube::Resource + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = crate::Result<Action>> + Send + 'static,
+{
+    move |object, ctx| {
+        let metrics = ctx.metrics.clone();
+        let key = retry::key(object.as_ref());
+        Box::pin(async move {
+            let result = metrics
+                .measure(controller, reconcile(object, ctx.clone()))
+                .await;
+            if result.is_ok() {
+                ctx.retries.succeeded(controller, &key);
+            }
+            result
+        })
+    }
+}
+
+/// Passes an object on only when `fingerprint` of it changed, it is seen for the first time,
+/// or it is gone from the cache (deleted). The cache already holds the event's version when
+/// the filter runs (the reflector comes first).
+pub(crate) fn changes<K>(
+    objects: impl Stream<Item = Arc<K>>,
+    cache: Store<K>,
+    fingerprint: impl Fn(&K) -> u64,
+) -> impl Stream<Item = Arc<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    objects.filter(move |object| {
+        let gone = cache.get(&ObjectRef::from_obj(object.as_ref())).is_none();
+        if gone {
+            seen.remove(&object.name_any());
+            return future::ready(true);
+        }
+        let print = fingerprint(object);
+        future::ready(seen.insert(object.name_any(), print) != Some(print))
+    })
+}
+
+/// Logs what a controller reports, except what needs no word: an event of a deleted object (the
+/// streams carry deletions on purpose) finds nothing left to reconcile, and a failed reconcile
+/// was logged by its error policy.
+pub(crate) async fn log_outcome<T, E: std::error::Error, Q: std::error::Error>(
+    controller: &str,
+    result: Result<T, controller::Error<E, Q>>,
+) {
+    match result {
+        Ok(_)
+        | Err(controller::Error::ObjectNotFound(_))
+        | Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(error) => warn!(%error, controller, "controller"),
+    }
+}
+
+/// Logs watch errors (the backoff retries them) and passes the objects on.
+pub(crate) fn log_errors<K>(
+    stream: impl Stream<Item = Result<K, watcher::Error>>,
+) -> impl Stream<Item = K> {
+    stream.filter_map(|event| {
+        future::ready(match event {
+            Ok(object) => Some(object),
+            Err(error) => {
+                warn!(%error, "watch");
+                None
+            }
+        })
+    })
+}
+
+/// Passes every item of `source` on to `N` streams, shared: until the controllers start (after
+/// every cache is full) the streams hold every object of the initial lists (the caches' own,
+/// see [`shared_touched`]). The returned future drives `source` and ends with it; the controllers
+/// drain their streams promptly (they deduplicate queued work).
+pub(crate) fn fan_out<T, const N: usize>(
+    source: impl Stream<Item = Arc<T>>,
+) -> (impl Future<Output = ()>, [impl Stream<Item = Arc<T>>; N]) {
+    let mut senders = Vec::with_capacity(N);
+    let receivers = std::array::from_fn(|_| {
+        let (sender, receiver) = mpsc::unbounded();
+        senders.push(sender);
+        receiver
+    });
+    let drive = source.for_each(move |item| {
+        for sender in &senders {
+            // A closed receiver means its controller stopped; shutdown is under way.
+            let _ = sender.unbounded_send(item.clone());
+        }
+        future::ready(())
+    });
+    (drive, receivers)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn touched_objects_are_the_caches_own_and_a_list_comes_whole() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let events = vec![
+            Event::Init,
+            Event::InitApply(cm("a")),
+            Event::InitApply(cm("b")),
+            Event::InitDone,
+            Event::Apply(cm("c")),
+            Event::Delete(cm("a")),
+        ];
+        // As `reflect` does: the cache takes each event before it is passed on.
+        let reflected = stream::iter(events).map(move |event| {
+            writer.apply_watcher_event(&event);
+            event
+        });
+        let touched: Vec<Arc<ConfigMap>> = shared_touched(store.clone(), reflected).collect().await;
+        let names: Vec<String> = touched.iter().map(|o| o.name_any()).collect();
+        assert_eq!(names, ["a", "b", "c", "a"]);
+        // "b" and "c" are the cache's own Arcs, not copies; the deleted "a" is its own.
+        for object in &touched[1..3] {
+            let cached = store
+                .get(&ObjectRef::from_obj(object.as_ref()))
+                .expect("cached");
+            assert!(Arc::ptr_eq(object, &cached), "{}", object.name_any());
+        }
+        assert!(
+            store
+                .get(&ObjectRef::from_obj(touched[3].as_ref()))
+                .is_none()
+        );
+    }
+}
