@@ -28,7 +28,7 @@ use kube::{
 use tracing::info;
 
 use crate::{
-    Context, apply, compute_domain,
+    Caches, Context, apply, compute_domain,
     metrics::Metrics,
     node,
     pacer::Pacer,
@@ -196,24 +196,26 @@ pub async fn run(
 
     let ctx = Arc::new(Context {
         pod_groups: crate::pod_groups::PodGroups::new(client.clone()),
+        events: crate::events::Events::new(client.clone()),
         client,
         namespace,
-        pools: pools.clone(),
-        nodes: nodes.clone(),
-        configmaps: configmaps.clone(),
-        device_classes: device_classes.clone(),
-        slices: slices.clone(),
-        pods: pods.clone(),
-        pods_by_node,
-        claims: claims.clone(),
-        kubelet_reports: kubelet_reports.clone(),
-        nrts: nrts.clone(),
+        caches: Caches {
+            pools: pools.clone(),
+            nodes: nodes.clone(),
+            configmaps: configmaps.clone(),
+            device_classes: device_classes.clone(),
+            slices: slices.clone(),
+            pods: pods.clone(),
+            pods_by_node,
+            claims: claims.clone(),
+            kubelet_reports: kubelet_reports.clone(),
+            nrts: nrts.clone(),
+            claim_templates,
+        },
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
         node_problems: Default::default(),
-        reported_annotations: Default::default(),
         recent,
-        claim_templates,
         reservations: features.reservations,
         retries: Default::default(),
     });

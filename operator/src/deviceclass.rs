@@ -152,7 +152,8 @@ pub fn foreign_classes(ctx: &Context) -> Vec<String> {
     CLASSES
         .into_iter()
         .filter(|name| {
-            ctx.device_classes
+            ctx.caches
+                .device_classes
                 .get(&ObjectRef::new(name))
                 .is_some_and(|c| !is_ours(&c))
         })
@@ -164,10 +165,10 @@ pub fn foreign_classes(ctx: &Context) -> Vec<String> {
 /// belong to someone else are never touched.
 pub async fn ensure(ctx: &Context) -> Result<()> {
     let api: Api<DeviceClass> = Api::all(ctx.client.clone());
-    let desired = desired_classes(&ctx.pools.state());
+    let desired = desired_classes(&ctx.caches.pools.state());
     for class in &desired {
         let name = class.name_any();
-        match ctx.device_classes.get(&ObjectRef::new(&name)) {
+        match ctx.caches.device_classes.get(&ObjectRef::new(&name)) {
             Some(current) if !is_ours(&current) => continue,
             Some(current) if class_current(&current, class) => continue,
             _ => {
@@ -186,6 +187,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
         let unwanted = !desired.iter().any(|c| c.name_any() == name);
         if unwanted
             && ctx
+                .caches
                 .device_classes
                 .get(&ObjectRef::new(name))
                 .is_some_and(|c| is_ours(&c))

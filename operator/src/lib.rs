@@ -66,13 +66,38 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What every reconcile may use: the client and the shared caches.
+/// What every reconcile may use: the client, the shared caches, and what the operator
+/// remembers between reconciles.
 pub struct Context {
     pub client: Client,
     /// Namespace of the per-node topology ConfigMaps.
     pub namespace: String,
+    pub caches: Caches,
+    pub events: events::Events,
+    pub metrics: metrics::Metrics,
+    /// Paces pool status writes (see [`pacer`]).
+    pub pool_status_pacer: pacer::Pacer,
+    /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
+    /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
+    /// the nodes whose GPUs pods overbook.
+    pub node_problems: parking_lot::Mutex<pool::status::NodeProblems>,
+    /// Writes sent whose watch events have not arrived yet (see [`recent`]).
+    pub recent: Arc<recent::RecentWrites>,
+    /// PodGroups' priority classes, asked for as pods name them.
+    pub pod_groups: pod_groups::PodGroups,
+    /// Failures in a row per object, for the error policies' backoff (see [`retry`]).
+    pub retries: retry::Retries,
+    /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
+    pub reservations: tracking::ReservationNamespaces,
+}
+
+/// The watch caches (reflector stores) reconciles read instead of asking the API server. Some
+/// hold objects trimmed to what the controllers read: see [`controllers`] for which.
+#[derive(Debug)]
+pub struct Caches {
     pub pools: Store<GpuNodePool>,
     pub nodes: Store<Node>,
+    /// The per-node topology ConfigMaps.
     pub configmaps: Store<ConfigMap>,
     pub device_classes: Store<DeviceClass>,
     /// fakegpu's own ResourceSlices (those of KWOK nodes).
@@ -87,26 +112,8 @@ pub struct Context {
     /// fakegpu's NodeResourceTopologies; `None` when the cluster does not serve the API or
     /// publishing is switched off.
     pub nrts: Option<Store<fakegpu_api::nrt::NodeResourceTopology>>,
-    pub metrics: metrics::Metrics,
-    /// Paces pool status writes (see [`pacer`]).
-    pub pool_status_pacer: pacer::Pacer,
-    /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
-    /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
-    /// the nodes whose GPUs pods overbook.
-    pub node_problems: parking_lot::Mutex<pool::status::NodeProblems>,
-    /// (object UID, reason and annotation value) of bad annotations already reported by an
-    /// Event (see [`events::warn_once`]), so that each is reported once.
-    pub reported_annotations: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
-    /// Writes sent whose watch events have not arrived yet (see [`recent`]).
-    pub recent: Arc<recent::RecentWrites>,
-    /// PodGroups' priority classes, asked for as pods name them.
-    pub pod_groups: pod_groups::PodGroups,
     /// ComputeDomains' ResourceClaimTemplates; `None` when the cluster serves no ComputeDomains.
     pub claim_templates: Option<Store<ResourceClaimTemplate>>,
-    /// Failures in a row per object, for the error policies' backoff (see [`retry`]).
-    pub retries: retry::Retries,
-    /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
-    pub reservations: tracking::ReservationNamespaces,
 }
 
 impl std::fmt::Debug for Context {

@@ -31,7 +31,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Error, Result, apply, events};
+use crate::{Context, Error, Result, apply};
 
 pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
     if domain.metadata.deletion_timestamp.is_some() {
@@ -40,14 +40,14 @@ pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<
     }
     let problem = ensure_template(&domain, &ctx).await?;
     if let Some(problem) = &problem {
-        events::warn_once(
-            &ctx,
-            &reference(&domain),
-            problem.reason,
-            &domain.spec.channel.resource_claim_template.name,
-            &problem.message,
-        )
-        .await;
+        ctx.events
+            .warn_once(
+                &reference(&domain),
+                problem.reason,
+                &domain.spec.channel.resource_claim_template.name,
+                &problem.message,
+            )
+            .await;
     }
     ensure_status(&domain, &ctx, problem.as_ref()).await?;
     // The user's template is not watched (the cache holds domains' templates only): look again
@@ -77,6 +77,7 @@ async fn ensure_template(
     }
     let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
     let cached = ctx
+        .caches
         .claim_templates
         .as_ref()
         .and_then(|t| t.get(&ObjectRef::new(&name).within(&namespace)));
@@ -112,7 +113,7 @@ async fn ensure_status(
     problem: Option<&status::TemplateProblem>,
 ) -> Result<()> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let desired = status::desired_status(domain, &ctx.claims.state(), problem, &now);
+    let desired = status::desired_status(domain, &ctx.caches.claims.state(), problem, &now);
     if domain.status.as_ref() == Some(&desired) {
         return Ok(());
     }

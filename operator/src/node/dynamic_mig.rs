@@ -14,7 +14,7 @@ use fakegpu_api::{
 use k8s_openapi::api::core::v1::Node;
 use kube::{Resource, ResourceExt};
 
-use crate::{Context, events};
+use crate::Context;
 
 /// The label and annotation the operator answers a node's configuration with.
 #[derive(Debug, Default)]
@@ -37,14 +37,9 @@ pub async fn resolve(ctx: &Context, node: &Node, gpu: &mut ResolvedGpu) -> Answe
         let message = format!(
             "annotation {RUNAI_MIG_CONFIG} is read only on nodes labelled {RUNAI_DYNAMIC_MIG}=true; the node keeps its pool's MIG layout"
         );
-        events::warn_once(
-            ctx,
-            &node.object_ref(&()),
-            "MigConfigIgnored",
-            value,
-            &message,
-        )
-        .await;
+        ctx.events
+            .warn_once(&node.object_ref(&()), "MigConfigIgnored", value, &message)
+            .await;
     }
     let config = config.filter(|_| enabled(node)).map(String::as_str);
     let mapping = node
@@ -56,14 +51,9 @@ pub async fn resolve(ctx: &Context, node: &Node, gpu: &mut ResolvedGpu) -> Answe
         let message = format!(
             "annotation {RUNAI_MIG_CONFIG} cannot be applied: {error}; the node keeps its MIG layout"
         );
-        events::warn_once(
-            ctx,
-            &node.object_ref(&()),
-            "InvalidMigConfig",
-            value,
-            &message,
-        )
-        .await;
+        ctx.events
+            .warn_once(&node.object_ref(&()), "InvalidMigConfig", value, &message)
+            .await;
     }
     gpu.mig = mig.plan;
     Answer {

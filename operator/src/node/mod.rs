@@ -36,7 +36,7 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    Context, Error, Result, apply, events, membership,
+    Context, Error, Result, apply, membership,
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
 };
@@ -81,7 +81,7 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
-    let pools = ctx.pools.state();
+    let pools = ctx.caches.pools.state();
     let Some(pool) = membership::owner(&pools, node.labels()) else {
         note_overbooking(&ctx, &node.name_any(), &[]);
         let lingering = release(&ctx, &node).await?;
@@ -95,7 +95,10 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
         Ok(mut gpu) => {
             // Run:ai may partition this node's GPUs its own way; everything below follows.
             let answer = dynamic_mig::resolve(&ctx, &node, &mut gpu).await;
-            let pods = ctx.pods_by_node.pods_on(&node.name_any(), &ctx.pods);
+            let pods = ctx
+                .caches
+                .pods_by_node
+                .pods_on(&node.name_any(), &ctx.caches.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
             let (topology, users, overbooked) =
                 desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
@@ -179,7 +182,8 @@ async fn apply_node(ctx: &Context, node: &Node, intent: &status::NodeIntent) -> 
 }
 
 fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<ConfigMap>> {
-    ctx.configmaps
+    ctx.caches
+        .configmaps
         .get(&ObjectRef::new(&topology::configmap_name(node)).within(&ctx.namespace))
 }
 
@@ -196,7 +200,7 @@ pub fn allocated_gpus(ctx: &Context, node: &str) -> u32 {
 }
 
 fn cached_slice(ctx: &Context, name: &str) -> Option<Arc<ResourceSlice>> {
-    ctx.slices.get(&ObjectRef::new(name))
+    ctx.caches.slices.get(&ObjectRef::new(name))
 }
 
 /// GPU indices the user marked failed (annotation [`annotation::UNHEALTHY_GPUS`]) among the
@@ -229,7 +233,9 @@ async fn report_malformed_unhealthy(ctx: &Context, node: &Node, count: u32) {
         bad.join(", ")
     );
     let node_ref = node.object_ref(&());
-    events::warn_once(ctx, &node_ref, "InvalidUnhealthyGpus", value, &message).await;
+    ctx.events
+        .warn_once(&node_ref, "InvalidUnhealthyGpus", value, &message)
+        .await;
 }
 
 /// The node's document: the pool's GPUs, with the pods that hold them now (returned too), and
@@ -262,7 +268,11 @@ fn desired_topology(
         .iter()
         .filter_map(|pod| {
             let namespace = pod.namespace().unwrap_or_default();
-            let claim = |claim: &str| ctx.claims.get(&ObjectRef::new(claim).within(&namespace));
+            let claim = |claim: &str| {
+                ctx.caches
+                    .claims
+                    .get(&ObjectRef::new(claim).within(&namespace))
+            };
             let class = pod_group_of(pod).and_then(|key| priority_classes.get(&key));
             let defaults = tracking::Defaults {
                 pool: default,
@@ -314,14 +324,9 @@ async fn report_overbooking(ctx: &Context, node: &Node, overbooked: &[tracking::
             "{problem}: the pool's device-plugin pods and DRA claims draw on the same GPUs of \
              this node; the pod's GPUs are shared with another pod"
         );
-        events::warn_once(
-            ctx,
-            &node_ref,
-            "GpusOverbooked",
-            &problem.to_string(),
-            &message,
-        )
-        .await;
+        ctx.events
+            .warn_once(&node_ref, "GpusOverbooked", &problem.to_string(), &message)
+            .await;
     }
 }
 
@@ -331,6 +336,7 @@ async fn report_overbooking(ctx: &Context, node: &Node, overbooked: &[tracking::
 fn give_what_the_kubelet_gave(ctx: &Context, node: &str, users: &mut [tracking::GpuUser]) {
     let name = KubeletDevices::configmap_name(node);
     let Some(configmap) = ctx
+        .caches
         .kubelet_reports
         .get(&ObjectRef::new(&name).within(&ctx.namespace))
     else {
@@ -410,6 +416,7 @@ async fn annotate_pod(
     });
     if let Err(error) = apply::apply(&pods, pod, &patch).await {
         if ctx
+            .caches
             .pods
             .get(&ObjectRef::new(pod).within(namespace))
             .is_some()
@@ -423,7 +430,7 @@ async fn annotate_pod(
 
 /// A Warning Event, once, on each pod of `node` whose utilization annotation does not parse.
 async fn report_malformed_utilization(ctx: &Context, node: &str) {
-    for pod in ctx.pods_by_node.pods_on(node, &ctx.pods) {
+    for pod in ctx.caches.pods_by_node.pods_on(node, &ctx.caches.pods) {
         let Some((value, error)) = tracking::malformed_utilization(&pod) else {
             continue;
         };
@@ -432,7 +439,9 @@ async fn report_malformed_utilization(ctx: &Context, node: &str) {
             annotation::SIMULATED_UTILIZATION
         );
         let pod_ref = pod.object_ref(&());
-        events::warn_once(ctx, &pod_ref, "InvalidUtilization", &value, &message).await;
+        ctx.events
+            .warn_once(&pod_ref, "InvalidUtilization", &value, &message)
+            .await;
     }
 }
 
@@ -490,7 +499,7 @@ async fn sync_slice(
 }
 
 fn cached_nrt(ctx: &Context, node: &str) -> Option<Arc<NodeResourceTopology>> {
-    ctx.nrts.as_ref()?.get(&ObjectRef::new(node))
+    ctx.caches.nrts.as_ref()?.get(&ObjectRef::new(node))
 }
 
 /// The NodeResourceTopology of a node of a NUMA pool (when the cluster serves the API).
@@ -500,7 +509,7 @@ async fn ensure_nrt(
     pool: &GpuNodePool,
     topology: &NodeTopology,
 ) -> Result<()> {
-    if ctx.nrts.is_none() {
+    if ctx.caches.nrts.is_none() {
         return Ok(());
     }
     let name = node.name_any();
@@ -556,7 +565,7 @@ async fn ensure_topology(
 pub async fn release(ctx: &Context, node: &Node) -> Result<bool> {
     let name = node.name_any();
     let lingering = if has_kubelet(node) {
-        leaving::lingering_labels(&ctx.claims.state(), &name)
+        leaving::lingering_labels(&ctx.caches.claims.state(), &name)
     } else {
         Default::default()
     };

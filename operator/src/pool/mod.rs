@@ -24,7 +24,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Error, Result, apply, deviceclass, events, membership, node};
+use crate::{Context, Error, Result, apply, deviceclass, membership, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -63,8 +63,8 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let problems = ctx.node_problems.lock().clone();
     let desired = status::desired_status(
         pool,
-        &ctx.pools.state(),
-        &ctx.nodes.state(),
+        &ctx.caches.pools.state(),
+        &ctx.caches.nodes.state(),
         &foreign,
         &problems,
         allocated,
@@ -88,13 +88,9 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
             .is_none_or(|old| old.reason != condition.reason || old.message != condition.message);
         if bad && changed {
             warn!(pool = %name, reason = %condition.reason, message = %condition.message, "pool problem");
-            events::warn_about(
-                ctx,
-                &pool.object_ref(&()),
-                &condition.reason,
-                &condition.message,
-            )
-            .await;
+            ctx.events
+                .warn(&pool.object_ref(&()), &condition.reason, &condition.message)
+                .await;
         }
     }
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -109,7 +105,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let name = pool.name_any();
     info!(pool = %name, "pool deleted: releasing its nodes");
     ctx.pool_status_pacer.forget(&name);
-    for node in ctx.nodes.state() {
+    for node in ctx.caches.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
             // A node whose pods still hold claims is looked at again by the node controller.
             node::release(ctx, &node).await?;
