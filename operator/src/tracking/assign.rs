@@ -308,3 +308,280 @@ pub fn unannounced_reservations(
 pub fn allocated_count(gpus: &[GpuTopology]) -> u32 {
     u32::try_from(gpus.iter().filter(|g| g.in_use()).count()).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeSet, sync::Arc};
+
+    use serde_json::json;
+
+    use crate::tracking::{fixtures::*, *};
+
+    #[test]
+    fn oldest_pods_get_the_lowest_free_gpus() {
+        let mut topology = gpus(4);
+        let young = user(&asking("young", "2026-01-02T00:00:00Z", 1), &[]);
+        let old = user(&asking("old", "2026-01-01T00:00:00Z", 2), &[]);
+        assign(&mut topology, &[young.clone(), old.clone()], false);
+        assert_eq!(holders(&topology), ["old", "old", "young", ""]);
+        assert_eq!(topology[0].status.allocated_by.container, "main");
+        assert_eq!(
+            topology[2].status.pod_gpu_usage_status["uid-young"].fb_used,
+            1000
+        );
+        assert_eq!(allocated_count(&topology), 3);
+    }
+
+    #[test]
+    fn assignments_survive_a_recomputation_and_others_leaving() {
+        let mut topology = gpus(4);
+        let a = user(&asking("a", "2026-01-01T00:00:00Z", 1), &[]);
+        let b = user(&asking("b", "2026-01-02T00:00:00Z", 2), &[]);
+        assign(&mut topology, &[a.clone(), b.clone()], false);
+        assert_eq!(holders(&topology), ["a", "b", "b", ""]);
+        // a finishes; a newer pod arrives: b keeps its GPUs, the newcomer takes the free ones.
+        let c = user(&asking("c", "2026-01-03T00:00:00Z", 2), &[]);
+        assign(&mut topology, &[c.clone(), b.clone()], false);
+        assert_eq!(holders(&topology), ["c", "b", "b", "c"]);
+        // Same inputs again (an operator restart reads the document back): nothing moves.
+        let before = topology.clone();
+        assign(&mut topology, &[b, c], false);
+        assert_eq!(topology, before);
+    }
+
+    #[test]
+    fn the_gpus_a_kubelet_gave_win_over_what_was_recorded() {
+        let mut topology = gpus(4);
+        let old = user(&asking("old", "2026-01-01T00:00:00Z", 1), &[]);
+        let mut young = user(&asking("young", "2026-01-02T00:00:00Z", 2), &[]);
+        // Before the node agent reports, the operator guesses.
+        assign(&mut topology, &[old.clone(), young.clone()], false);
+        assert_eq!(holders(&topology), ["old", "young", "young", ""]);
+        // The kubelet gave the young pod GPUs 0 and 3 (NUMA-aware, say): the record follows,
+        // and the older pod, given nothing reported yet, moves to a free GPU.
+        young.given = BTreeSet::from(["GPU-0".to_owned(), "GPU-3".to_owned()]);
+        assign(&mut topology, &[old.clone(), young.clone()], false);
+        assert_eq!(holders(&topology), ["young", "old", "", "young"]);
+        // More reported than asked for, or a device of another node: never more than asked.
+        young.given = BTreeSet::from([
+            "GPU-9".to_owned(),
+            "GPU-2".to_owned(),
+            "GPU-3".to_owned(),
+            "GPU-0".to_owned(),
+        ]);
+        assign(&mut topology, &[old, young], false);
+        assert_eq!(holders(&topology), ["young", "old", "young", ""]);
+    }
+
+    #[test]
+    fn the_recorded_assignment_outlives_the_document() {
+        let mut topology = gpus(4);
+        let first = user(&asking("first", "2026-01-01T00:00:00Z", 1), &[]);
+        let second = user(&asking("second", "2026-01-02T00:00:00Z", 1), &[]);
+        assign(&mut topology, &[first.clone(), second.clone()], false);
+        assert_eq!(holders(&topology), ["first", "second", "", ""]);
+        // Both get their GPUs written on them.
+        let written = unrecorded_assignments(&topology, &[first.clone(), second.clone()]);
+        assert_eq!(
+            written,
+            [
+                ("ns".to_owned(), "first".to_owned(), "GPU-0".to_owned()),
+                ("ns".to_owned(), "second".to_owned(), "GPU-1".to_owned())
+            ]
+        );
+        // The first pod finishes, the document is lost: a fresh document and a recomputation
+        // would give the second pod GPU 0; its record keeps it on GPU 1.
+        let mut second = second;
+        second.recorded = recorded_gpus(&pod(
+            "second",
+            "2026-01-02T00:00:00Z",
+            json!({"metadata": {"annotations": {"fakegpu.dev/gpus": "GPU-1"}}}),
+        ));
+        let mut fresh = gpus(4);
+        assign(&mut fresh, std::slice::from_ref(&second), false);
+        assert_eq!(holders(&fresh), ["", "second", "", ""]);
+        assert!(unrecorded_assignments(&fresh, &[second]).is_empty());
+    }
+
+    #[test]
+    fn claims_decide_their_devices_and_push_counted_pods_aside() {
+        let mut topology = gpus(3);
+        let counted = user(&asking("counted", "2026-01-01T00:00:00Z", 1), &[]);
+        assign(&mut topology, std::slice::from_ref(&counted), false);
+        assert_eq!(holders(&topology), ["counted", "", ""]);
+        let claimed = pod(
+            "claimed",
+            "2026-01-02T00:00:00Z",
+            json!({"spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}),
+        );
+        let claimed = user(
+            &claimed,
+            &[claim(&[("n", "gpu-0"), ("other-node", "gpu-1")])],
+        );
+        assert_eq!(claimed.claimed, BTreeSet::from(["gpu-0".to_owned()]));
+        assign(&mut topology, &[counted, claimed], false);
+        assert_eq!(holders(&topology), ["claimed", "counted", ""]);
+    }
+
+    #[test]
+    fn a_shared_claim_records_every_pod() {
+        let mut topology = gpus(1);
+        let shared = claim(&[("n", "gpu-0")]);
+        let spec = json!({"spec": {"nodeName": "n", "containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}});
+        let a = user(
+            &pod("a", "2026-01-01T00:00:00Z", spec.clone()),
+            std::slice::from_ref(&shared),
+        );
+        let b = user(&pod("b", "2026-01-02T00:00:00Z", spec), &[shared]);
+        assign(&mut topology, &[a, b], false);
+        assert_eq!(topology[0].status.allocated_by.pod, "a");
+        assert_eq!(topology[0].status.pod_gpu_usage_status.len(), 2);
+    }
+
+    #[test]
+    fn pods_the_gpus_cannot_serve_are_reported() {
+        let claim: Arc<ResourceClaim> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
+                "status": {"allocation": {"devices": {"results": [{"request": "gpu",
+                    "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0"}]}}},
+            }))
+            .expect("claim"),
+        );
+        let claimant = user(
+            &pod(
+                "claimant",
+                "2026-01-01T00:00:00Z",
+                json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}),
+            ),
+            &[claim],
+        );
+        let limits = json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
+            "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+        let mut greedy = user(&pod("greedy", "2026-01-01T00:00:01Z", limits), &[]);
+        // The kubelet's device plugin gave it both GPUs, the claim's one included.
+        greedy.given = ["GPU-0".to_owned(), "GPU-1".to_owned()].into();
+        let mut topology = gpus(2);
+        let overbooked = assign(&mut topology, &[claimant, greedy], false);
+        let said: Vec<String> = overbooked.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            said,
+            [
+                "ns/greedy: the kubelet gave it GPU-0, which ns/claimant holds by claim",
+                "ns/greedy: asks for 2 nvidia.com/gpu, the node had 1 left",
+            ]
+        );
+        assert_eq!(holder(&topology[0].status), "claimant");
+        assert_eq!(holder(&topology[1].status), "greedy");
+        // Room for everyone: nothing to say.
+        let mut roomy = gpus(3);
+        let two = user(
+            &pod(
+                "two",
+                "2026-01-01T00:00:01Z",
+                json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}),
+            ),
+            &[],
+        );
+        assert!(assign(&mut roomy, &[two], false).is_empty());
+    }
+
+    #[test]
+    fn a_profile_with_a_plus_is_held_by_its_published_resource() {
+        let limits = json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
+            "resources": {"limits": {"nvidia.com/mig-1g.10gb.me": "1"}}}]}});
+        let media = user(&pod("media", "2026-01-01T00:00:00Z", limits), &[]);
+        let mut topology = partitioned();
+        topology[0].mig_devices[2].profile = "1g.10gb+me".into();
+        assign(&mut topology, std::slice::from_ref(&media), false);
+        let held: Vec<&str> = topology[0]
+            .mig_devices
+            .iter()
+            .map(|m| holder(&m.status))
+            .collect();
+        assert_eq!(held, ["", "", "media"]);
+    }
+
+    #[test]
+    fn mig_instances_are_held_by_resource_and_by_claim() {
+        let limits = |resources: serde_json::Value| json!({"spec": {"nodeName": "n", "containers": [{"name": "main", "resources": {"limits": resources}}]}});
+        let small = user(
+            &pod(
+                "small",
+                "2026-01-01T00:00:00Z",
+                limits(json!({"nvidia.com/mig-1g.10gb": "2"})),
+            ),
+            &[],
+        );
+        assert_eq!(small.mig["1g.10gb"], 2);
+        let whole = user(
+            &pod(
+                "whole",
+                "2026-01-01T00:00:01Z",
+                limits(json!({"nvidia.com/gpu": "1"})),
+            ),
+            &[],
+        );
+        let claim: Arc<ResourceClaim> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
+                "status": {"allocation": {"devices": {"results": [{"request": "mig",
+                    "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0-mig-3g40gb-9-0"}]}}},
+            }))
+            .expect("claim"),
+        );
+        let claimant = user(
+            &pod(
+                "claimant",
+                "2026-01-01T00:00:02Z",
+                json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
+                "resourceClaims": [{"name": "mig", "resourceClaimName": "c"}]}}),
+            ),
+            &[claim],
+        );
+        let mut topology = partitioned();
+        assign(
+            &mut topology,
+            &[small.clone(), whole.clone(), claimant.clone()],
+            false,
+        );
+        let migs = &topology[0].mig_devices;
+        let held: Vec<&str> = migs.iter().map(|m| holder(&m.status)).collect();
+        assert_eq!(held, ["claimant", "small", "small"]);
+        assert_eq!(holder(&topology[1].status), "whole");
+        assert!(!topology[0].status.in_use());
+        // A pod uses no more framebuffer than its instance has.
+        assert_eq!(
+            migs[1].status.pod_gpu_usage_status["uid-small"].fb_used,
+            100
+        );
+        assert_eq!(allocated_count(&topology), 2);
+
+        // Under the single strategy nvidia.com/gpu asks for instances, and keeps them.
+        let mut single = partitioned();
+        single.truncate(1);
+        assign(&mut single, std::slice::from_ref(&whole), true);
+        let held: Vec<&str> = single[0]
+            .mig_devices
+            .iter()
+            .map(|m| holder(&m.status))
+            .collect();
+        assert_eq!(held, ["whole", "", ""]);
+        let first = small.clone();
+        assign(&mut single, &[first, whole], true);
+        let held: Vec<&str> = single[0]
+            .mig_devices
+            .iter()
+            .map(|m| holder(&m.status))
+            .collect();
+        assert_eq!(
+            held,
+            ["whole", "", ""],
+            "single never serves mig-<profile> requests"
+        );
+    }
+}

@@ -119,3 +119,35 @@ fn gpu_results(claim: &ResourceClaim) -> impl Iterator<Item = &DeviceRequestAllo
         .flatten()
         .filter(|r| r.driver == resource::GPU_DRIVER)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::tracking::{fixtures::*, *};
+
+    #[test]
+    fn counts_whole_gpus_like_the_scheduler() {
+        assert_eq!(extended_gpus(&asking("a", "2026-01-01T00:00:00Z", 3)), 3);
+        let with_init = pod(
+            "b",
+            "2026-01-01T00:00:00Z",
+            json!({"spec": {"containers": [
+                {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+                "initContainers": [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}),
+        );
+        assert_eq!(extended_gpus(&with_init), 2);
+        let none = pod("c", "2026-01-01T00:00:00Z", json!({}));
+        assert_eq!(
+            gpu_user(
+                &none,
+                "n",
+                |_| None,
+                Defaults::default(),
+                1,
+                &reservations()
+            ),
+            None
+        );
+    }
+}

@@ -60,3 +60,96 @@ impl Sharing {
         matches!(self, Self::Reservation { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::tracking::{fixtures::*, *};
+
+    #[test]
+    fn sharing_pods_use_the_gpu_their_reservation_pod_holds() {
+        let mut topology = gpus(4);
+        let other = user(&asking("other", "2026-01-01T00:00:00Z", 1), &[]);
+        let reserve = user(&reservation("reserve", "2026-01-02T00:00:00Z", "g1"), &[]);
+        let half = sharer(
+            "half",
+            json!({"labels": {"runai-gpu-group": "g1"},
+                "annotations": {"gpu-fraction": "0.5", "run.ai/simulated-gpu-utilization": "30"}}),
+        );
+        let stranger = sharer("stranger", json!({"labels": {"runai-gpu-group": "g2"}}));
+        let users = [other, reserve.clone(), half, stranger];
+        assign(&mut topology, &users, false);
+        // The reservation pod holds GPU 1 and uses none of it; the sharer uses half its memory
+        // there; a pod of a group no reservation pod holds uses nothing.
+        assert_eq!(holders(&topology), ["other", "reserve", "", ""]);
+        let shared = &topology[1].status.pod_gpu_usage_status;
+        assert_eq!(shared.keys().collect::<Vec<_>>(), ["uid-half"]);
+        assert_eq!(shared["uid-half"].fb_used, 500);
+        assert_eq!(shared["uid-half"].utilization.max, 30);
+        assert!(
+            topology
+                .iter()
+                .all(|g| !g.status.pod_gpu_usage_status.contains_key("uid-stranger"))
+        );
+        // The reservation pod is told its GPU's UUID, until it carries it.
+        assert_eq!(
+            unannounced_reservations(&topology, &users),
+            [(
+                "kai-resource-reservation".to_owned(),
+                "reserve".to_owned(),
+                "GPU-1".to_owned()
+            )]
+        );
+        let mut announced = reservation("reserve", "2026-01-02T00:00:00Z", "g1");
+        announced.metadata.annotations = Some(BTreeMap::from([(
+            "run.ai/reserve_for_gpu_index".to_owned(),
+            "GPU-1".to_owned(),
+        )]));
+        let announced = user(&announced, &[]);
+        assert!(unannounced_reservations(&topology, std::slice::from_ref(&announced)).is_empty());
+
+        // `runai-gpu` names the GPU by the reservation's annotation, the UUID or the index.
+        for named in ["GPU-1", "1"] {
+            let mut topology = gpus(4);
+            let by_name = sharer("named", json!({"annotations": {"runai-gpu": named}}));
+            let unheld = sharer("unheld", json!({"annotations": {"runai-gpu": "GPU-3"}}));
+            assign(
+                &mut topology,
+                &[
+                    user(&asking("other", "2026-01-01T00:00:00Z", 1), &[]),
+                    announced.clone(),
+                    by_name,
+                    unheld,
+                ],
+                false,
+            );
+            let shared = &topology[1].status.pod_gpu_usage_status;
+            assert_eq!(shared.keys().collect::<Vec<_>>(), ["uid-named"], "{named}");
+            assert!(topology[3].status.pod_gpu_usage_status.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_pod_sharing_several_gpus_uses_each_its_group_holds() {
+        let mut topology = gpus(3);
+        let users = [
+            user(&reservation("r0", "2026-01-01T00:00:00Z", "g"), &[]),
+            user(&reservation("r1", "2026-01-02T00:00:00Z", "g"), &[]),
+            sharer(
+                "wide",
+                json!({"labels": {"runai-gpu-group": "g"},
+                "annotations": {"gpu-memory": "2000"}}),
+            ),
+        ];
+        assign(&mut topology, &users, false);
+        assert_eq!(holders(&topology), ["r0", "r1", ""]);
+        for gpu in &topology[..2] {
+            // gpu-memory is MiB, at most the GPU's.
+            assert_eq!(gpu.status.pod_gpu_usage_status["uid-wide"].fb_used, 1000);
+        }
+        // A pod outside the reservation namespaces asking for a GPU is an ordinary holder.
+        let plain = user(&asking("plain", "2026-01-01T00:00:00Z", 1), &[]);
+        assert_eq!(plain.sharing, Sharing::None);
+    }
+}

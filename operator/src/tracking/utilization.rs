@@ -67,3 +67,98 @@ pub fn usage(pod: &Pod, defaults: Defaults<'_>, gpu_memory_mib: u64) -> PodGpuUs
 
 /// Name prefix of Run:ai's idle-GPU pods, which run at 0%.
 const IDLE_POD_PREFIX: &str = "runai-idle-gpu-";
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::tracking::{fixtures::*, *};
+
+    #[test]
+    fn idle_gpu_pods_run_at_zero() {
+        let idle = user(
+            &asking("runai-idle-gpu-abc", "2026-01-01T00:00:00Z", 1),
+            &[],
+        );
+        assert_eq!(
+            (idle.usage.utilization.min, idle.usage.utilization.max),
+            (0, 0)
+        );
+    }
+
+    #[test]
+    fn usage_follows_annotations_and_the_pool_default() {
+        let annotated = pod(
+            "a",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "10-30", "gpu-fraction": "0.5"}}}),
+        );
+        let usage_a = usage(&annotated, Defaults::default(), 1000);
+        assert_eq!(
+            (
+                usage_a.utilization.min,
+                usage_a.utilization.max,
+                usage_a.fb_used
+            ),
+            (10, 30, 500)
+        );
+        let malformed = pod(
+            "b",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": "30-10", "gpu-fraction": "7"}}}),
+        );
+        let default = Defaults {
+            pool: Some(UtilizationRange { min: 5, max: 5 }),
+            priority_class: None,
+        };
+        let usage_b = usage(&malformed, default, 1000);
+        assert_eq!((usage_b.utilization.min, usage_b.fb_used), (5, 1000));
+        assert_eq!(
+            usage(&malformed, Defaults::default(), 1).utilization.max,
+            100
+        );
+        assert!(!usage_b.use_knative_utilization);
+        let inference = pod(
+            "c",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"labels": {"workloadKind": "InferenceWorkload"}}}),
+        );
+        let inference_usage = usage(&inference, default, 1);
+        assert!(inference_usage.use_knative_utilization);
+        // Its type's range (idle until the request rate is known) wins over the pool's default.
+        assert_eq!(inference_usage.utilization.max, 0);
+        // Without a label, the PodGroup's priority class tells the type.
+        let grouped = pod(
+            "e",
+            "2026-01-01T00:00:00Z",
+            json!({"metadata": {"annotations": {"pod-group-name": "pg"}}}),
+        );
+        let train = Defaults {
+            priority_class: Some("train"),
+            ..default
+        };
+        let usage_e = usage(&grouped, train, 1);
+        assert_eq!(
+            (usage_e.utilization.min, usage_e.utilization.max),
+            (80, 100)
+        );
+        assert!(!usage_e.use_knative_utilization);
+        let inference_class = Defaults {
+            priority_class: Some("inference"),
+            ..default
+        };
+        assert!(usage(&grouped, inference_class, 1).use_knative_utilization);
+        for bad in ["30-10", "abc", "-5", "10-200"] {
+            let p = pod(
+                "d",
+                "2026-01-01T00:00:00Z",
+                json!({"metadata": {"annotations": {"run.ai/simulated-gpu-utilization": bad}}}),
+            );
+            assert!(
+                malformed_utilization(&p).is_some_and(|(value, _)| value == bad),
+                "{bad}"
+            );
+        }
+        assert!(malformed_utilization(&annotated).is_none());
+    }
+}
