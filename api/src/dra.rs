@@ -6,11 +6,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::{
-        core::v1::Node,
-        resource::v1::{
-            Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
-        },
+    api::resource::v1::{
+        Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
     },
     apimachinery::pkg::api::resource::Quantity,
 };
@@ -259,10 +256,10 @@ pub fn gpu_slice_spec(node: &str, topology: &NodeTopology, generation: i64) -> R
 /// The GPU slice `name` of `node` for `topology`, labelled `labels` (see [`node_slice`]).
 pub fn gpu_slice(
     name: &str,
-    node: &Node,
+    node: &impl Resource<DynamicType = ()>,
     labels: BTreeMap<String, String>,
     topology: &NodeTopology,
-    current: Option<&ResourceSlice>,
+    current: Option<&impl KnownSlice>,
 ) -> ResourceSlice {
     node_slice(
         name,
@@ -310,14 +307,14 @@ pub fn channel_slice_spec(node: &str) -> ResourceSliceSpec {
 /// one when the devices change (the scheduler trusts the newest generation of a pool).
 pub fn node_slice(
     name: &str,
-    node: &Node,
+    node: &impl Resource<DynamicType = ()>,
     labels: BTreeMap<String, String>,
     mut spec: ResourceSliceSpec,
-    current: Option<&ResourceSlice>,
+    current: Option<&impl KnownSlice>,
 ) -> ResourceSlice {
     spec.pool.generation = match current {
-        Some(current) if same_devices(current, &spec) => current.spec.pool.generation,
-        Some(current) => current.spec.pool.generation + 1,
+        Some(current) if current.same_devices(&spec) => current.spec().pool.generation,
+        Some(current) => current.spec().pool.generation + 1,
         None => 1,
     };
     ResourceSlice {
@@ -332,7 +329,7 @@ pub fn node_slice(
 }
 
 /// What identifies a slice's devices (its pool generation aside).
-fn device_identity(
+pub fn device_identity(
     spec: &ResourceSliceSpec,
 ) -> (&String, &Option<String>, &String, &Option<Vec<Device>>) {
     (
@@ -343,31 +340,30 @@ fn device_identity(
     )
 }
 
-/// Replaces a slice's devices by their digest, for a cache that only asks whether a slice is
-/// current ([`slice_current`] and [`node_slice`] read the digest). In memory a GPU slice is
-/// about ten times its JSON; holding the devices of 10 000 nodes was half the operator's memory.
-pub fn forget_devices(slice: &mut ResourceSlice) {
-    let digest = crate::meta::digest(&device_identity(&slice.spec));
-    slice.spec.devices = None;
-    crate::meta::record_digest(slice, crate::meta::CACHED_DIGEST, Some(digest));
+/// A slice as its writer knows it: whole (the node agent reads it from the API server), or as
+/// a cache holds it with its devices dropped (the operator's, which keeps their digest).
+pub trait KnownSlice: Resource {
+    fn spec(&self) -> &ResourceSliceSpec;
+
+    /// Whether its devices are those of `desired`.
+    fn same_devices(&self, desired: &ResourceSliceSpec) -> bool;
 }
 
-/// Whether `current` (whole, or without its devices) has the devices `desired` describes.
-fn same_devices(current: &ResourceSlice, desired: &ResourceSliceSpec) -> bool {
-    crate::meta::same_content(
-        current,
-        crate::meta::CACHED_DIGEST,
-        &device_identity(&current.spec),
-        &device_identity(desired),
-    )
+impl KnownSlice for ResourceSlice {
+    fn spec(&self) -> &ResourceSliceSpec {
+        &self.spec
+    }
+
+    fn same_devices(&self, desired: &ResourceSliceSpec) -> bool {
+        device_identity(&self.spec) == device_identity(desired)
+    }
 }
 
-/// Whether `current` (whole, or without its devices) already is `desired` (as [`gpu_slice`]
-/// builds it).
-pub fn slice_current(current: &ResourceSlice, desired: &ResourceSlice) -> bool {
+/// Whether `current` already is `desired` (as [`gpu_slice`] builds it).
+pub fn slice_current<K: KnownSlice>(current: &K, desired: &ResourceSlice) -> bool {
     crate::meta::metadata_current(current, desired)
-        && same_devices(current, &desired.spec)
-        && current.spec.pool == desired.spec.pool
+        && current.same_devices(&desired.spec)
+        && current.spec().pool == desired.spec.pool
 }
 
 #[cfg(test)]
@@ -459,31 +455,6 @@ mod tests {
         let devices = gpu_devices(&topology);
         let attributes = devices[0].attributes.as_ref().expect("attributes");
         assert!(!attributes.contains_key("cudaComputeCapability"));
-    }
-
-    #[test]
-    fn a_slice_without_its_devices_still_says_whether_it_is_current() {
-        let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}}))
-            .expect("test node");
-        let first = gpu_slice("s", &node, BTreeMap::new(), &topology(), None);
-        let mut cached = first.clone();
-        forget_devices(&mut cached);
-        assert_eq!(cached.spec.devices, None);
-        let again = gpu_slice("s", &node, BTreeMap::new(), &topology(), Some(&cached));
-        assert_eq!(again.spec.pool.generation, 1);
-        assert!(slice_current(&cached, &again));
-        let mut fewer = topology();
-        fewer.gpus.pop();
-        let changed = gpu_slice("s", &node, BTreeMap::new(), &fewer, Some(&cached));
-        assert_eq!(changed.spec.pool.generation, 2);
-        assert!(!slice_current(&cached, &changed));
-        // A digest a user wrote on the object does not survive.
-        let mut forged = first.clone();
-        forged
-            .annotations_mut()
-            .insert(crate::meta::CACHED_DIGEST.to_owned(), "0".into());
-        forget_devices(&mut forged);
-        assert!(slice_current(&forged, &again));
     }
 
     #[test]

@@ -14,11 +14,11 @@ use fakegpu_api::{
 };
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Node, Pod},
+    core::v1::{ConfigMap, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     runtime::{
         Controller, WatchStreamExt, controller,
         reflector::{self, ObjectRef, Store},
@@ -28,15 +28,17 @@ use kube::{
 use tracing::info;
 
 use crate::{
-    Caches, Context, apply, compute_domain,
+    Caches, Context, apply,
+    cache::Cached,
+    compute_domain,
     metrics::Metrics,
-    node,
+    node::{self, CachedNode},
     pacer::Pacer,
     pods::{self, PodsByNode},
     pool,
     recent::{RecentWrites, fingerprint},
     streams::{
-        LIST_PAGE_SIZE, cached, changes, confirm, fan_out, log_errors, log_outcome, measured,
+        LIST_PAGE_SIZE, cached, changes, confirm, fan_out, kept, log_errors, log_outcome, measured,
         shared_touched,
     },
     tracking,
@@ -72,10 +74,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let node_resource_topology = features.node_resource_topology;
     let (pools, pool_writer) = reflector::store::<GpuNodePool>();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
+    let (nodes, node_writer) = reflector::store::<CachedNode>();
+    let (configmaps, configmap_writer) = reflector::store::<Cached<ConfigMap>>();
     let (device_classes, device_class_writer) = reflector::store::<DeviceClass>();
-    let (slices, slice_writer) = reflector::store::<ResourceSlice>();
+    let (slices, slice_writer) = reflector::store::<Cached<ResourceSlice>>();
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (claims, claim_writer) = reflector::store::<ResourceClaim>();
     let (kubelet_reports, kubelet_report_writer) = reflector::store::<ConfigMap>();
@@ -83,7 +85,12 @@ pub async fn run(
     let recent = Arc::new(RecentWrites::default());
 
     let all = watcher::Config::default();
-    let pool_events = cached(Api::all(client.clone()), all.clone(), pool_writer, |_| {});
+    let pool_events = cached(
+        Api::all(client.clone()),
+        all.clone(),
+        pool_writer,
+        std::convert::identity,
+    );
     let (
         pool_events,
         [
@@ -98,7 +105,7 @@ pub async fn run(
         Api::all(client.clone()),
         all.clone(),
         node_writer,
-        node::slim,
+        Cached::new,
     )
     .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
@@ -109,10 +116,7 @@ pub async fn run(
         Api::namespaced(client.clone(), &namespace),
         topology_configmaps,
         configmap_writer,
-        |cm| {
-            apply::drop_managed_fields(cm);
-            node::topology::forget_free_document(cm);
-        },
+        Cached::new,
     )
     .inspect(confirm(&recent));
     // Driven here, not by the node controller: the controllers start only once this cache is full.
@@ -124,14 +128,14 @@ pub async fn run(
         all.clone()
             .labels(&format!("{}=true", kubelet_devices::LABEL)),
         kubelet_report_writer,
-        apply::drop_managed_fields,
+        kept(apply::drop_managed_fields),
     );
     let (kubelet_report_events, [kubelet_reports_for_nodes]) = fan_out(kubelet_report_events);
     let device_class_events = cached(
         Api::all(client.clone()),
         all.clone(),
         device_class_writer,
-        |_| {},
+        std::convert::identity,
     );
     let (device_class_events, [device_classes_for_pools]) = fan_out(device_class_events);
     let own_slices = all
@@ -143,10 +147,7 @@ pub async fn run(
         Api::all(client.clone()),
         own_slices,
         slice_writer,
-        |slice| {
-            apply::drop_managed_fields(slice);
-            fakegpu_api::dra::forget_devices(slice);
-        },
+        Cached::new,
     )
     .inspect(confirm(&recent));
     let (slice_events, [slices_for_nodes]) = fan_out(slice_events);
@@ -171,7 +172,7 @@ pub async fn run(
         Api::all(client.clone()),
         all,
         claim_writer,
-        apply::drop_managed_fields,
+        kept(apply::drop_managed_fields),
     );
     let (claim_events, [claims_for_nodes, claims_for_domains]) = fan_out(claim_events);
     let domain_watches = features
@@ -185,7 +186,7 @@ pub async fn run(
             Api::all(client.clone()),
             own,
             writer,
-            apply::drop_managed_fields,
+            kept(apply::drop_managed_fields),
         )
         .inspect(confirm(&recent));
         let (drive, [for_nodes]) = fan_out(events);
@@ -229,7 +230,12 @@ pub async fn run(
         .watches_shared_stream(configmaps_for_nodes, node_of_configmap)
         .watches_shared_stream(kubelet_reports_for_nodes, node_of_configmap)
         .watches_shared_stream(slices_for_nodes, |slice| {
-            slice.spec.node_name.as_deref().map(ObjectRef::new)
+            slice
+                .trimmed()
+                .spec
+                .node_name
+                .as_deref()
+                .map(ObjectRef::new)
         })
         .watches_shared_stream(pods_for_nodes, |pod| {
             pod.spec
@@ -238,7 +244,7 @@ pub async fn run(
                 .map(ObjectRef::new)
         })
         .watches_shared_stream(nrts_for_nodes, |nrt| {
-            Some(ObjectRef::<Node>::new(&nrt.name_any()))
+            Some(ObjectRef::<CachedNode>::new(&nrt.name_any()))
         })
         .watches_shared_stream(claims_for_nodes, |claim| {
             tracking::nodes_of_claim(&claim)
@@ -333,7 +339,7 @@ pub async fn run(
 }
 
 /// The node a per-node ConfigMap (topology document, kubelet report) is about.
-fn node_of_configmap(cm: Arc<ConfigMap>) -> Option<ObjectRef<Node>> {
+fn node_of_configmap<K: kube::Resource>(cm: Arc<K>) -> Option<ObjectRef<CachedNode>> {
     cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
 }
 
@@ -356,18 +362,18 @@ fn spec_changes(
 /// [`node::slim`]), so KWOK's and the kubelet's heartbeats, which change nothing of it, no
 /// longer reconcile the node: at 5 000 nodes they were most of the operator's work.
 fn node_changes(
-    nodes: impl Stream<Item = Arc<Node>>,
-    cache: Store<Node>,
-) -> impl Stream<Item = Arc<Node>> {
+    nodes: impl Stream<Item = Arc<CachedNode>>,
+    cache: Store<CachedNode>,
+) -> impl Stream<Item = Arc<CachedNode>> {
     changes(nodes, cache, |node| {
-        let meta = &node.metadata;
+        let meta = node.meta();
         fingerprint(&(
             &meta.labels,
             &meta.annotations,
             meta.deletion_timestamp.is_some(),
             &meta.uid,
-            &node.status,
-            &meta.managed_fields,
+            &node.trimmed().status,
+            node.kept(),
         ))
     })
 }

@@ -11,6 +11,7 @@
 //! writes through [`apply`], which skips writes when the cache already shows the desired state.
 
 pub mod apply;
+pub mod cache;
 pub mod compute_domain;
 pub mod conditions;
 pub mod controllers;
@@ -34,7 +35,7 @@ pub mod tracking;
 
 use fakegpu_api::GpuNodePool;
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Node, Pod},
+    core::v1::{ConfigMap, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice},
 };
 use std::sync::Arc;
@@ -96,12 +97,12 @@ pub struct Context {
 #[derive(Debug)]
 pub struct Caches {
     pub pools: Store<GpuNodePool>,
-    pub nodes: Store<Node>,
+    pub nodes: Store<node::CachedNode>,
     /// The per-node topology ConfigMaps.
-    pub configmaps: Store<ConfigMap>,
+    pub configmaps: Store<cache::Cached<ConfigMap>>,
     pub device_classes: Store<DeviceClass>,
     /// fakegpu's own ResourceSlices (those of KWOK nodes).
-    pub slices: Store<ResourceSlice>,
+    pub slices: Store<cache::Cached<ResourceSlice>>,
     /// Bound, unfinished pods, slimmed (see [`pods`]).
     pub pods: Store<Pod>,
     pub pods_by_node: pods::PodsByNode,

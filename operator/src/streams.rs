@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use futures::{Stream, StreamExt, channel::mpsc, future, future::BoxFuture, stream};
+use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc, future, future::BoxFuture, stream};
 use kube::{
     Api, ResourceExt,
     runtime::{
@@ -27,14 +27,15 @@ use crate::{Context, recent::RecentWrites, retry};
 /// the pages in flight were a large part of a restart's peak memory at 10 000 nodes.
 pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 
-/// One kind's watch feeding its cache: every object applied or deleted, after `modify` (which
-/// trims what the cache need not hold). Watch errors are logged and retried with backoff.
-pub(crate) fn cached<K>(
+/// One kind's watch feeding its cache: every object applied or deleted, as `keep` makes it for
+/// the cache (trimmed to what the controllers read: [`kept`], or [`crate::cache::Cached`]).
+/// Watch errors are logged and retried with backoff.
+pub(crate) fn cached<K, C>(
     api: Api<K>,
     config: watcher::Config,
-    writer: reflector::store::Writer<K>,
-    modify: impl FnMut(&mut K) + Send + 'static,
-) -> impl Stream<Item = Arc<K>> + Send
+    writer: reflector::store::Writer<C>,
+    mut keep: impl FnMut(K) -> C + Send + 'static,
+) -> impl Stream<Item = Arc<C>> + Send
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -43,6 +44,7 @@ where
         + Send
         + Sync
         + 'static,
+    C: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let store = writer.as_reader();
     shared_touched(
@@ -50,10 +52,30 @@ where
         log_errors(
             watcher(api, config.page_size(LIST_PAGE_SIZE))
                 .default_backoff()
-                .modify(modify)
+                .map_ok(move |event| convert(event, &mut keep))
                 .reflect(writer),
         ),
     )
+}
+
+/// A [`cached`] object of the watched kind, after `modify` (which drops what the cache need
+/// not hold).
+pub(crate) fn kept<K>(mut modify: impl FnMut(&mut K)) -> impl FnMut(K) -> K {
+    move |mut object| {
+        modify(&mut object);
+        object
+    }
+}
+
+/// `event` with its object as the cache holds it.
+fn convert<K, C>(event: watcher::Event<K>, keep: &mut impl FnMut(K) -> C) -> watcher::Event<C> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(keep(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(keep(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(keep(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// The objects a watch touched (applied or deleted), each as the cache's own `Arc` rather than

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 
 use fakegpu_api::GpuNodePool;
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use serde_json::{Value, json};
+
+use crate::{cache::Cached, node::CachedNode};
 
 pub fn time(second: i64) -> Time {
     Time(Timestamp::from_second(second).expect("valid test time"))
@@ -22,10 +24,10 @@ pub fn pool(name: &str, created: i64, spec: Value) -> Arc<GpuNodePool> {
 }
 
 /// A KWOK-managed node with these labels.
-pub fn kwok_node(name: &str, labels: Value) -> Arc<Node> {
-    Arc::new(
+pub fn kwok_node(name: &str, labels: Value) -> Arc<CachedNode> {
+    Arc::new(Cached::new(
         serde_json::from_value(json!({"metadata": {"name": name, "labels": labels,
             "annotations": {"kwok.x-k8s.io/node": "fake"}}}))
         .expect("valid test node"),
-    )
+    ))
 }

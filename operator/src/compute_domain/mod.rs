@@ -184,14 +184,14 @@ impl Watches {
             Api::all(client.clone()),
             watcher::Config::default(),
             domain_writer,
-            apply::drop_managed_fields,
+            crate::streams::kept(apply::drop_managed_fields),
         );
         let (drive_domains, [domain_events]) = crate::streams::fan_out(domain_events);
         let template_events = crate::streams::cached(
             Api::all(client.clone()),
             watcher::Config::default().labels(names::TEMPLATE_LABEL),
             template_writer,
-            apply::drop_managed_fields,
+            crate::streams::kept(apply::drop_managed_fields),
         );
         let (drive_templates, [template_events]) = crate::streams::fan_out(template_events);
         Self {

@@ -11,10 +11,10 @@ use fakegpu_api::{
     },
     pool::{mig_config::node_mig, resolve::ResolvedGpu},
 };
-use k8s_openapi::api::core::v1::Node;
 use kube::{Resource, ResourceExt};
 
 use crate::Context;
+use crate::node::CachedNode;
 
 /// The label and annotation the operator answers a node's configuration with.
 #[derive(Debug, Default)]
@@ -24,14 +24,14 @@ pub struct Answer {
 }
 
 /// Whether Run:ai marked `node` for dynamic MIG (the reference's mig-faker runs only there).
-fn enabled(node: &Node) -> bool {
+fn enabled(node: &CachedNode) -> bool {
     node.labels().get(RUNAI_DYNAMIC_MIG).map(String::as_str) == Some("true")
 }
 
 /// Puts the layout `node`'s configuration asks for into `gpu` (its pool's GPUs) and returns the
 /// answer to write. A node without the annotation, or not marked for dynamic MIG, keeps the
 /// pool's layout and gets no answer.
-pub async fn resolve(ctx: &Context, node: &Node, gpu: &mut ResolvedGpu) -> Answer {
+pub async fn resolve(ctx: &Context, node: &CachedNode, gpu: &mut ResolvedGpu) -> Answer {
     let config = node.annotations().get(RUNAI_MIG_CONFIG);
     if let Some(value) = config.filter(|_| !enabled(node)) {
         let message = format!(

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fakegpu_api::{
-    meta::{CACHED_LABELS, digest, record_digest, same_content},
     names::{FIELD_MANAGER, fakegpu::POOL_LABEL, label},
     pool::{Backend, GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value, published_mig_name},
@@ -12,7 +11,11 @@ use fakegpu_api::{
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use crate::apply::owned_keys;
+use super::CachedNode;
+use crate::{
+    apply::owned_keys,
+    cache::{Digest, same_content},
+};
 
 /// Desired labels of a node owned by `pool`. `has_kubelet` is false for KWOK nodes, which get
 /// no deploy labels for node-local plugins (the operator serves them centrally).
@@ -165,27 +168,27 @@ fn engine_labels(engines: &MigEngines) -> [(&'static str, u32); 5] {
 }
 
 /// Whether a node's labels already are what the operator wants: every desired label has its
-/// value (those the cache dropped, by their digest: see [`digest_own_labels`]), and no other
+/// value (those the cache dropped, by their digest: see [`drop_own_labels`]), and no other
 /// label of the operator's is left over.
-pub fn labels_current(node: &Node, desired: &BTreeMap<String, String>) -> bool {
+pub fn labels_current(node: &CachedNode, desired: &BTreeMap<String, String>) -> bool {
     let current = node.labels();
     let missing: BTreeMap<&String, &String> = desired
         .iter()
         .filter(|(k, v)| current.get(*k) != Some(v))
         .collect();
     // The labels the cache dropped are what is missing, or nothing is.
-    same_content(node, CACHED_LABELS, &BTreeMap::new(), &missing)
+    same_content(&BTreeMap::new(), node.kept().own_labels, &missing)
         && current
             .keys()
             .all(|key| desired.contains_key(key) || !label::is_operator_label(key))
 }
 
-/// Replaces, in a cached node, the labels only fakegpu owns with their digest (annotation
-/// [`CACHED_LABELS`]): the operator compares them and reads none, and at 10 000 nodes GFD's
-/// thirty-odd labels were a fifth of its memory. Labels someone else owns too stay (a pool's
-/// node selector may read them), and so does the pool label, which membership reads. Needs the
+/// Drops, from a node on its way into the cache, the labels only fakegpu owns; returns their
+/// digest: the operator compares them and reads none, and at 10 000 nodes GFD's thirty-odd
+/// labels were a fifth of its memory. Labels someone else owns too stay (a pool's node
+/// selector may read them), and so does the pool label, which membership reads. Needs the
 /// managed fields, so it runs before they are dropped.
-pub fn digest_own_labels(node: &mut Node) {
+pub fn drop_own_labels(node: &mut Node) -> Option<Digest> {
     let mut ours = BTreeSet::new();
     let mut theirs = BTreeSet::new();
     for entry in node.managed_fields() {
@@ -205,8 +208,7 @@ pub fn digest_own_labels(node: &mut Node) {
         .filter(|key| key.as_str() != POOL_LABEL)
         .filter_map(|key| labels.remove_entry(key))
         .collect();
-    let digest = (!dropped.is_empty()).then(|| digest(&dropped));
-    record_digest(node, CACHED_LABELS, digest);
+    (!dropped.is_empty()).then(|| Digest::of(&dropped))
 }
 
 #[cfg(test)]
@@ -215,14 +217,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cache::Cached;
 
     fn pool(spec: serde_json::Value) -> std::sync::Arc<GpuNodePool> {
         crate::testing::pool("p", 0, spec)
     }
 
-    fn labelled(labels: &BTreeMap<String, String>) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels}}))
-            .expect("test node")
+    fn labelled(labels: &BTreeMap<String, String>) -> CachedNode {
+        Cached::new(
+            serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels}}))
+                .expect("test node"),
+        )
     }
 
     fn labels_of(spec: serde_json::Value, has_kubelet: bool) -> BTreeMap<String, String> {
@@ -428,14 +433,14 @@ mod tests {
 
     /// A node carrying `desired` as fakegpu's status apply wrote it, with `extra` labels a
     /// user set (and `nvidia.com/gpu.product` set by the user too), then cached.
-    fn cached(desired: &BTreeMap<String, String>) -> Node {
+    fn cached(desired: &BTreeMap<String, String>) -> CachedNode {
         let owned: serde_json::Map<String, serde_json::Value> = desired
             .keys()
             .map(|k| (format!("f:{k}"), json!({})))
             .collect();
         let mut labels = desired.clone();
         labels.insert("kubernetes.io/hostname".into(), "n".into());
-        let mut node: Node = serde_json::from_value(json!({
+        let node: Node = serde_json::from_value(json!({
             "metadata": {"name": "n", "labels": labels, "managedFields": [
                 {"manager": "kubectl-label", "operation": "Update", "fieldsV1": {"f:metadata":
                     {"f:labels": {"f:kubernetes.io/hostname": {}, "f:nvidia.com/gpu.product": {}}}}},
@@ -443,8 +448,7 @@ mod tests {
                     "fieldsV1": {"f:metadata": {"f:labels": owned}}}]},
         }))
         .expect("test node");
-        digest_own_labels(&mut node);
-        node
+        Cached::new(node)
     }
 
     #[test]
@@ -458,7 +462,7 @@ mod tests {
             kept,
             [POOL_LABEL, "kubernetes.io/hostname", label::GPU_PRODUCT]
         );
-        assert!(node.annotations().contains_key(CACHED_LABELS));
+        assert!(node.kept().own_labels.is_some());
         assert!(labels_current(&node, &desired));
 
         let mut changed = desired.clone();

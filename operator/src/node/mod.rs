@@ -36,51 +36,73 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    Context, Error, Result, apply, membership,
+    Context, Error, Result, apply,
+    cache::{Cached, Digest, Trim},
+    membership,
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
 };
 
-/// Trims a cached node to what the controllers read: metadata (the labels only fakegpu owns
-/// and the managed fields as digests and summaries: see [`labels::digest_own_labels`] and
-/// [`status::record_owned_status`]), capacity, allocatable and the fractioning condition. At
-/// 10 000 nodes the rest (images, addresses, node info, the kubelet's conditions, spec) is most
-/// of the operator's memory.
-pub fn slim(node: &mut Node) {
-    labels::digest_own_labels(node);
-    status::record_owned_status(node);
-    node.spec = None;
-    if let Some(status) = node.status.as_mut() {
-        *status = NodeStatus {
-            capacity: status.capacity.take(),
-            allocatable: status.allocatable.take(),
-            conditions: status.conditions.take().map(|conditions| {
-                conditions
-                    .into_iter()
-                    .filter(|c| c.type_ == condition::GPU_FRACTIONING_READY)
-                    .collect()
-            }),
-            ..Default::default()
-        };
+/// A node as the node cache holds it (see [`Trim for Node`](#impl-Trim-for-Node)).
+pub type CachedNode = Cached<Node>;
+
+/// What the node cache keeps in place of what it drops.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct KeptOfNode {
+    /// Digest of the labels only fakegpu owns (see [`labels::drop_own_labels`]).
+    pub own_labels: Option<Digest>,
+    /// What fakegpu's status apply owns, told by the managed fields.
+    pub owned_status: Option<status::OwnedStatus>,
+}
+
+/// A cached node keeps what the controllers read: metadata (less the labels only fakegpu owns
+/// and the managed fields, see [`KeptOfNode`]), capacity, allocatable and the fractioning
+/// condition. At 10 000 nodes the rest (images, addresses, node info, the kubelet's
+/// conditions, spec) is most of the operator's memory.
+impl Trim for Node {
+    type Kept = KeptOfNode;
+
+    fn trim(node: &mut Node) -> KeptOfNode {
+        let own_labels = labels::drop_own_labels(node);
+        let owned_status = status::OwnedStatus::from_managed_fields(node);
+        node.metadata.managed_fields = None;
+        node.spec = None;
+        if let Some(status) = node.status.as_mut() {
+            *status = NodeStatus {
+                capacity: status.capacity.take(),
+                allocatable: status.allocatable.take(),
+                conditions: status.conditions.take().map(|conditions| {
+                    conditions
+                        .into_iter()
+                        .filter(|c| c.type_ == condition::GPU_FRACTIONING_READY)
+                        .collect()
+                }),
+                ..Default::default()
+            };
+        }
+        KeptOfNode {
+            own_labels,
+            owned_status,
+        }
     }
 }
 
 /// KWOK nodes have no kubelet: no node agent runs there, the operator serves them centrally.
-pub fn has_kubelet(node: &Node) -> bool {
+pub fn has_kubelet(node: &CachedNode) -> bool {
     node.annotations()
         .get(annotation::KWOK_NODE)
         .map(String::as_str)
         != Some(annotation::KWOK_NODE_VALUE)
 }
 
-pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
     let name = node.name_any();
     let action = reconcile_node(node, ctx.clone()).await?;
     ctx.node_problems.lock().failures.remove(&name);
     Ok(action)
 }
 
-async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
     let pools = ctx.caches.pools.state();
     let Some(pool) = membership::owner(&pools, node.labels()) else {
         note_overbooking(&ctx, &node.name_any(), &[]);
@@ -133,7 +155,7 @@ const LINGER_RECHECK: Duration = Duration::from_secs(5);
 /// document marks unhealthy leave allocatable.
 async fn ensure_node(
     ctx: &Context,
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     topology: &NodeTopology,
@@ -161,7 +183,7 @@ async fn ensure_node(
     apply_node(ctx, node, &intent).await
 }
 
-async fn apply_node(ctx: &Context, node: &Node, intent: &status::NodeIntent) -> Result<()> {
+async fn apply_node(ctx: &Context, node: &CachedNode, intent: &status::NodeIntent) -> Result<()> {
     if status::node_current(node, intent) {
         return Ok(());
     }
@@ -181,7 +203,7 @@ async fn apply_node(ctx: &Context, node: &Node, intent: &status::NodeIntent) -> 
     }
 }
 
-fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<ConfigMap>> {
+fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<Cached<ConfigMap>>> {
     ctx.caches
         .configmaps
         .get(&ObjectRef::new(&topology::configmap_name(node)).within(&ctx.namespace))
@@ -199,13 +221,13 @@ pub fn allocated_gpus(ctx: &Context, node: &str) -> u32 {
         .unwrap_or(0)
 }
 
-fn cached_slice(ctx: &Context, name: &str) -> Option<Arc<ResourceSlice>> {
+fn cached_slice(ctx: &Context, name: &str) -> Option<Arc<Cached<ResourceSlice>>> {
     ctx.caches.slices.get(&ObjectRef::new(name))
 }
 
 /// GPU indices the user marked failed (annotation [`annotation::UNHEALTHY_GPUS`]) among the
 /// node's `count` GPUs, and the entries that name none of them.
-fn unhealthy_gpus(node: &Node, count: u32) -> (Vec<u32>, Vec<String>) {
+fn unhealthy_gpus(node: &CachedNode, count: u32) -> (Vec<u32>, Vec<String>) {
     let Some(value) = node.annotations().get(annotation::UNHEALTHY_GPUS) else {
         return (Vec::new(), Vec::new());
     };
@@ -217,7 +239,7 @@ fn unhealthy_gpus(node: &Node, count: u32) -> (Vec<u32>, Vec<String>) {
 
 /// A Warning Event, once per value, on a node whose unhealthy-GPUs annotation names entries
 /// that are not GPUs of the node (the GPUs it does name are marked).
-async fn report_malformed_unhealthy(ctx: &Context, node: &Node, count: u32) {
+async fn report_malformed_unhealthy(ctx: &Context, node: &CachedNode, count: u32) {
     let (_, bad) = unhealthy_gpus(node, count);
     let Some(value) = node.annotations().get(annotation::UNHEALTHY_GPUS) else {
         return;
@@ -242,7 +264,7 @@ async fn report_malformed_unhealthy(ctx: &Context, node: &Node, count: u32) {
 /// the pods the GPUs could not serve as asked.
 fn desired_topology(
     ctx: &Context,
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     pods: &[Arc<Pod>],
@@ -255,7 +277,7 @@ fn desired_topology(
     let name = node.name_any();
     // A document edited by hand into garbage is simply rebuilt.
     let previous =
-        cached_configmap(ctx, &name).and_then(|cm| NodeTopology::from_configmap(&cm).ok());
+        cached_configmap(ctx, &name).and_then(|cm| NodeTopology::from_configmap(cm.trimmed()).ok());
     let (unhealthy, _) = unhealthy_gpus(node, gpu.count);
     let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref(), &unhealthy);
     let default = pool
@@ -317,7 +339,11 @@ fn note_overbooking(ctx: &Context, node: &str, overbooked: &[tracking::Overbooki
 /// A Warning Event on the node, once per problem, for pods its GPUs could not serve as asked:
 /// a pool serving both the device plugin and DRA hands the same GPUs to both, and the scheduler
 /// counts the two apart.
-async fn report_overbooking(ctx: &Context, node: &Node, overbooked: &[tracking::Overbooking]) {
+async fn report_overbooking(
+    ctx: &Context,
+    node: &CachedNode,
+    overbooked: &[tracking::Overbooking],
+) {
     let node_ref = node.object_ref(&());
     for problem in overbooked {
         let message = format!(
@@ -451,7 +477,7 @@ async fn report_malformed_utilization(ctx: &Context, node: &str) {
 /// ComputeDomains. Nodes with a kubelet get theirs from the node agent.
 async fn ensure_slices(
     ctx: &Context,
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     topology: &NodeTopology,
 ) -> Result<()> {
@@ -475,7 +501,7 @@ async fn sync_slice(
     ctx: &Context,
     node: &str,
     name: &str,
-    current: Option<Arc<ResourceSlice>>,
+    current: Option<Arc<Cached<ResourceSlice>>>,
     desired: Option<ResourceSlice>,
 ) -> Result<()> {
     let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
@@ -485,7 +511,9 @@ async fn sync_slice(
             apply::delete_once(&ctx.recent, &slices, name).await
         }
         None => Ok(()),
-        Some(desired) if current.is_some_and(|c| slice::slice_current(&c, &desired)) => Ok(()),
+        Some(desired) if current.is_some_and(|c| slice::slice_current(c.as_ref(), &desired)) => {
+            Ok(())
+        }
         Some(desired) => {
             info!(
                 node,
@@ -505,7 +533,7 @@ fn cached_nrt(ctx: &Context, node: &str) -> Option<Arc<NodeResourceTopology>> {
 /// The NodeResourceTopology of a node of a NUMA pool (when the cluster serves the API).
 async fn ensure_nrt(
     ctx: &Context,
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     topology: &NodeTopology,
 ) -> Result<()> {
@@ -536,7 +564,7 @@ async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Result<()> {
 
 async fn ensure_topology(
     ctx: &Context,
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     document: &NodeTopology,
 ) -> Result<()> {
@@ -562,7 +590,7 @@ async fn ensure_topology(
 /// Takes away what the operator gave a node: its labels and status entries (an empty apply
 /// drops every field the field manager owns, and only those), its slices and its topology
 /// ConfigMap.
-pub async fn release(ctx: &Context, node: &Node) -> Result<bool> {
+pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
     let name = node.name_any();
     let lingering = if has_kubelet(node) {
         leaving::lingering_labels(&ctx.caches.claims.state(), &name)
@@ -593,7 +621,7 @@ pub async fn release(ctx: &Context, node: &Node) -> Result<bool> {
     Ok(!lingering.is_empty())
 }
 
-pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("node", error);
     ctx.node_problems
         .lock()
@@ -604,7 +632,7 @@ pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action
 }
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.
-pub fn nodes_of_pool(nodes: &[Arc<Node>], pool: &GpuNodePool) -> Vec<ObjectRef<Node>> {
+pub fn nodes_of_pool(nodes: &[Arc<CachedNode>], pool: &GpuNodePool) -> Vec<ObjectRef<CachedNode>> {
     nodes
         .iter()
         .filter(|node| membership::concerns(pool, node.labels()))
@@ -620,20 +648,21 @@ mod tests {
 
     #[test]
     fn unhealthy_gpus_beyond_the_node_or_not_indices_are_set_apart() {
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n",
+        let node: CachedNode = serde_json::from_value(json!({"metadata": {"name": "n",
             "annotations": {annotation::UNHEALTHY_GPUS: "1, 3,nine,7"}}}))
         .expect("node");
         assert_eq!(
             unhealthy_gpus(&node, 4),
             (vec![1, 3], vec!["nine".to_owned(), "7".to_owned()])
         );
-        let plain: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).expect("node");
+        let plain: CachedNode =
+            serde_json::from_value(json!({"metadata": {"name": "n"}})).expect("node");
         assert_eq!(unhealthy_gpus(&plain, 4), (vec![], vec![]));
     }
 
     #[test]
     fn slimming_keeps_what_the_controllers_read() {
-        let mut node: Node = serde_json::from_value(json!({
+        let node: Node = serde_json::from_value(json!({
             "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [
                 {"manager": "kwok", "operation": "Update", "fieldsV1": {}},
                 {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": {
@@ -649,19 +678,19 @@ mod tests {
             },
         }))
         .expect("test node");
-        let owned = status::OwnedStatus::of(&node).expect("own entry");
-        slim(&mut node);
+        let owned = status::OwnedStatus::from_managed_fields(&node).expect("own entry");
+        let node = Cached::new(node);
         // `a` is fakegpu's alone: compared by digest, not kept.
         assert!(!node.labels().contains_key("a"));
         assert!(labels::labels_current(
             &node,
             &std::collections::BTreeMap::from([("a".to_owned(), "b".to_owned())])
         ));
-        assert!(node.spec.is_none());
-        assert!(node.metadata.managed_fields.is_none());
-        assert_eq!(status::OwnedStatus::of(&node), Some(owned));
+        assert!(node.trimmed().spec.is_none());
+        assert!(node.trimmed().metadata.managed_fields.is_none());
+        assert_eq!(status::OwnedStatus::of(&node), Some(&owned));
         assert!(status::owns_status(&node));
-        let status = node.status.expect("status");
+        let status = node.trimmed().status.clone().expect("status");
         assert_eq!(status.allocatable.expect("allocatable").len(), 2);
         assert!(status.images.is_none());
         let conditions = status.conditions.expect("conditions");

@@ -3,6 +3,7 @@
 //! topology manager policy, as the reference's status exporter publishes them. GPUs that pods
 //! hold are subtracted from `available`, so topology-aware schedulers see what is free.
 
+use crate::node::CachedNode;
 use std::collections::BTreeMap;
 
 use fakegpu_api::{
@@ -16,7 +17,7 @@ use fakegpu_api::{
     quantity::{format_bytes, format_cpu, parse_milli},
     topology::NodeTopology,
 };
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::api::resource::Quantity};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
 /// Distances when the pool gives none: the ACPI SLIT values of a two-socket machine.
@@ -57,7 +58,7 @@ fn legacy_policy(numa: &NumaSpec) -> String {
 /// the zones; `None` when neither is known (the resource is then left out).
 fn per_zone(
     explicit: Option<&Quantity>,
-    node: &Node,
+    node: &CachedNode,
     name: &str,
     zones: u32,
     format: fn(i128) -> String,
@@ -65,7 +66,13 @@ fn per_zone(
     if let Some(quantity) = explicit {
         return Some(quantity.clone());
     }
-    let allocatable = node.status.as_ref()?.allocatable.as_ref()?.get(name)?;
+    let allocatable = node
+        .trimmed()
+        .status
+        .as_ref()?
+        .allocatable
+        .as_ref()?
+        .get(name)?;
     let milli = parse_milli(&allocatable.0)? / i128::from(zones.max(1));
     let share = if name == "cpu" { milli } else { milli / 1000 };
     (share > 0).then(|| Quantity(format(share)))
@@ -82,7 +89,7 @@ fn info(name: &str, total: Quantity, available: Quantity) -> ResourceInfo {
 
 /// The NodeResourceTopology `node` should have, or `None` when its pool declares no NUMA.
 pub fn desired_nrt(
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     topology: &NodeTopology,
 ) -> Option<NodeResourceTopology> {
@@ -184,10 +191,12 @@ mod tests {
     use super::*;
     use crate::{node::topology::desired_topology, testing::pool};
 
-    fn node() -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u"},
-            "status": {"allocatable": {"cpu": "1k", "memory": "1Ti"}}}))
-        .expect("test node")
+    fn node() -> CachedNode {
+        crate::cache::Cached::new(
+            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u"},
+                "status": {"allocatable": {"cpu": "1k", "memory": "1Ti"}}}))
+            .expect("test node"),
+        )
     }
 
     fn nrt(spec: serde_json::Value, busy: &[usize]) -> Option<NodeResourceTopology> {

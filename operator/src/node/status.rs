@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     GpuNodePool,
-    meta::CACHED_OWNED_STATUS,
     names::{
         condition::GPU_FRACTIONING_READY,
         resource::{self, mig_resource},
@@ -25,7 +24,7 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 
-use super::labels::labels_current;
+use super::{CachedNode, labels::labels_current};
 use crate::apply::{owned_fields, owned_keys};
 
 /// What fakegpu wants on a node: its labels, annotations and status entries.
@@ -130,16 +129,17 @@ fn allocatable_gpus(resources: Option<&BTreeMap<String, Quantity>>) -> bool {
         .is_some_and(|count| count > 0)
 }
 
-fn current_condition<'a>(node: &'a Node, type_: &str) -> Option<&'a NodeCondition> {
-    node.status
+fn current_condition<'a>(node: &'a CachedNode, type_: &str) -> Option<&'a NodeCondition> {
+    node.trimmed()
+        .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
 }
 
 /// What fakegpu's status apply owns in a node: capacity and allocatable entries by resource
-/// name, conditions by type. The node cache keeps this (annotation [`CACHED_OWNED_STATUS`]) in
-/// place of the managed fields, whose nested maps cost some 4 KiB a node.
+/// name, conditions by type. The node cache keeps this in place of the managed fields, whose
+/// nested maps cost some 4 KiB a node.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OwnedStatus {
     capacity: Vec<String>,
@@ -150,17 +150,13 @@ pub struct OwnedStatus {
 }
 
 impl OwnedStatus {
-    /// None when fakegpu's status apply owns nothing in the node (labels included). Read from
-    /// the managed fields, or from the summary a cache kept of them.
-    pub fn of(node: &Node) -> Option<Self> {
-        if node.metadata.managed_fields.is_none() {
-            let recorded = node.annotations().get(CACHED_OWNED_STATUS)?;
-            return serde_json::from_str(recorded).ok();
-        }
-        Self::from_managed_fields(node)
+    /// None when fakegpu's status apply owns nothing in the node (labels included), as its
+    /// cache recorded from the managed fields.
+    pub fn of(node: &CachedNode) -> Option<&Self> {
+        node.kept().owned_status.as_ref()
     }
 
-    fn from_managed_fields(node: &Node) -> Option<Self> {
+    pub(super) fn from_managed_fields(node: &Node) -> Option<Self> {
         let fields = owned_fields(node, Some(STATUS))?;
         let keys = |list| owned_keys(Some(fields), &["f:status", list]);
         let conditions = fields
@@ -182,19 +178,8 @@ impl OwnedStatus {
     }
 }
 
-/// Replaces a cached node's managed fields with the [`OwnedStatus`] they tell.
-pub fn record_owned_status(node: &mut Node) {
-    let owned = OwnedStatus::from_managed_fields(node);
-    node.metadata.managed_fields = None;
-    let annotations = node.annotations_mut();
-    annotations.remove(CACHED_OWNED_STATUS);
-    if let Some(owned) = owned.and_then(|o| serde_json::to_string(&o).ok()) {
-        annotations.insert(CACHED_OWNED_STATUS.to_owned(), owned);
-    }
-}
-
 /// Whether fakegpu's status apply owns the condition of `type_`.
-fn owns_condition(node: &Node, type_: &str) -> bool {
+fn owns_condition(node: &CachedNode, type_: &str) -> bool {
     OwnedStatus::of(node).is_some_and(|owned| owned.conditions.iter().any(|c| c == type_))
 }
 
@@ -203,7 +188,7 @@ fn owns_condition(node: &Node, type_: &str) -> bool {
 /// unless another controller already owns a condition of that type. The transition time is
 /// kept while the condition holds, so a resync writes nothing.
 pub fn desired_fractioning(
-    node: &Node,
+    node: &CachedNode,
     pool: &GpuNodePool,
     resources: &BTreeMap<String, Quantity>,
     now: &Time,
@@ -215,7 +200,11 @@ pub fn desired_fractioning(
     if current.is_some() && !owns_condition(node, GPU_FRACTIONING_READY) {
         return None;
     }
-    let observed = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let observed = node
+        .trimmed()
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref());
     if !allocatable_gpus(Some(resources)) && !allocatable_gpus(observed) {
         return None;
     }
@@ -237,8 +226,8 @@ pub fn desired_fractioning(
 
 /// Whether the node's status and annotations already are what fakegpu wants of it: the
 /// entries it owns are exactly the desired ones, with the desired values.
-pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
-    let owned = OwnedStatus::of(node).unwrap_or_default();
+pub fn status_current(node: &CachedNode, intent: &NodeIntent) -> bool {
+    let owned = OwnedStatus::of(node).cloned().unwrap_or_default();
     let annotations_match = intent
         .annotations
         .iter()
@@ -250,7 +239,7 @@ pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
     if !annotations_match {
         return false;
     }
-    let status = node.status.as_ref();
+    let status = node.trimmed().status.as_ref();
     for mut keys in [owned.capacity, owned.allocatable] {
         keys.sort();
         if !keys.iter().eq(intent.resources.keys()) {
@@ -277,7 +266,7 @@ pub fn status_current(node: &Node, intent: &NodeIntent) -> bool {
 }
 
 /// Whether the node already is what fakegpu wants of it: labels and status entries.
-pub fn node_current(node: &Node, intent: &NodeIntent) -> bool {
+pub fn node_current(node: &CachedNode, intent: &NodeIntent) -> bool {
     labels_current(node, &intent.labels) && status_current(node, intent)
 }
 
@@ -286,11 +275,12 @@ pub fn node_current(node: &Node, intent: &NodeIntent) -> bool {
 /// memory, pods) only when there is none, and replaces the conditions; applied before it, our
 /// capacity would become the node's whole allocatable, without `pods`, and the scheduler would
 /// find room for no pod at all ("Too many pods").
-pub fn kwok_initialized(node: &Node) -> bool {
+pub fn kwok_initialized(node: &CachedNode) -> bool {
     let ours = OwnedStatus::of(node)
-        .map(|owned| owned.allocatable)
+        .map(|owned| owned.allocatable.as_slice())
         .unwrap_or_default();
-    node.status
+    node.trimmed()
+        .status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())
         .is_some_and(|allocatable| allocatable.keys().any(|name| !ours.contains(name)))
@@ -298,7 +288,7 @@ pub fn kwok_initialized(node: &Node) -> bool {
 
 /// Whether fakegpu owns anything in the node's status (a node leaving its pool must then have
 /// it taken back).
-pub fn owns_status(node: &Node) -> bool {
+pub fn owns_status(node: &CachedNode) -> bool {
     OwnedStatus::of(node).is_some()
 }
 
@@ -327,14 +317,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::testing::{pool, time};
+    use crate::{
+        cache::Cached,
+        testing::{pool, time},
+    };
 
-    fn node(value: serde_json::Value) -> Node {
-        serde_json::from_value(value).expect("test node")
+    fn node(value: serde_json::Value) -> CachedNode {
+        Cached::new(serde_json::from_value(value).expect("test node"))
+    }
+
+    /// A node whose status fakegpu applied with `intent`, as its cache holds it.
+    fn applied(intent: &NodeIntent) -> CachedNode {
+        Cached::new(applied_node(intent))
     }
 
     /// A node whose status fakegpu applied with `intent`, as the API server would record it.
-    fn applied(intent: &NodeIntent) -> Node {
+    fn applied_node(intent: &NodeIntent) -> Node {
         let mut fields = json!({"f:status": {"f:capacity": {}, "f:allocatable": {}}});
         for name in intent.resources.keys() {
             fields["f:status"]["f:capacity"][format!("f:{name}")] = json!({});
@@ -355,12 +353,13 @@ mod tests {
         for (name, value) in &intent.allocatable() {
             allocatable[name] = json!(value.0);
         }
-        node(json!({
+        serde_json::from_value(json!({
             "metadata": {"name": "n", "annotations": intent.annotations, "managedFields": [
                 {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": fields}]},
             "status": {"capacity": resources, "allocatable": allocatable,
                 "conditions": intent.fractioning.iter().collect::<Vec<_>>()},
         }))
+        .expect("test node")
     }
 
     #[test]
@@ -511,24 +510,14 @@ mod tests {
         };
         assert!(!status_current(&applied(&annotated), &remapped));
         assert!(!status_current(&applied(&annotated), &intent));
-        let mut cached_annotated = applied(&annotated);
-        record_owned_status(&mut cached_annotated);
-        assert!(!status_current(&cached_annotated, &intent));
-        assert!(status_current(&cached_annotated, &annotated));
-
-        // The cache's summary in place of the managed fields answers the same.
-        let mut cached = node.clone();
-        record_owned_status(&mut cached);
-        assert!(cached.metadata.managed_fields.is_none());
-        assert_eq!(OwnedStatus::of(&cached), OwnedStatus::of(&node));
-        assert!(owns_condition(&cached, GPU_FRACTIONING_READY));
-        assert!(status_current(&cached, &intent));
-        assert!(!status_current(&cached, &smaller));
-        assert!(!status_current(&cached, &NodeIntent::default()));
-        assert_eq!(kwok_initialized(&cached), kwok_initialized(&node));
-        let mut never_applied = bare.clone();
-        record_owned_status(&mut never_applied);
-        assert!(!owns_status(&never_applied));
+        // The cache keeps a summary in place of the managed fields, which it drops.
+        assert!(node.trimmed().metadata.managed_fields.is_none());
+        assert_eq!(
+            OwnedStatus::of(&node),
+            OwnedStatus::from_managed_fields(&applied_node(&intent)).as_ref()
+        );
+        assert!(owns_condition(&node, GPU_FRACTIONING_READY));
+        assert!(!owns_status(&bare));
     }
 
     #[test]
@@ -573,12 +562,12 @@ mod tests {
         assert!(kwok_initialized(&applied(&NodeIntent::default())));
         assert!(kwok_initialized(&applied(&intent)));
         // Only fakegpu's entries: what KWOK would keep as the whole allocatable.
-        let mut ours_only = applied(&intent);
+        let mut ours_only = applied_node(&intent);
         let status = ours_only.status.as_mut().expect("status");
         for list in [&mut status.capacity, &mut status.allocatable] {
             list.as_mut().expect("entries").remove("cpu");
         }
-        assert!(!kwok_initialized(&ours_only));
+        assert!(!kwok_initialized(&Cached::new(ours_only)));
         // Entries a user wrote at creation count, even under names fakegpu also writes.
         assert!(kwok_initialized(&node(json!({"metadata": {"name": "n"},
             "status": {"allocatable": {"nvidia.com/gpu": "8"}}}))));

@@ -12,7 +12,7 @@ use fakegpu_api::{
     GpuNodePool,
     names::fakegpu::{POOL_FINALIZER, POOL_LABEL},
 };
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{
@@ -24,6 +24,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::node::CachedNode;
 use crate::{Context, Error, Result, apply, deviceclass, membership, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
@@ -121,7 +122,7 @@ pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) ->
 }
 
 /// Pools a node event concerns: those that select it and the one it is labelled for.
-pub fn pools_of_node(pools: &[Arc<GpuNodePool>], node: &Node) -> Vec<ObjectRef<GpuNodePool>> {
+pub fn pools_of_node(pools: &[Arc<GpuNodePool>], node: &CachedNode) -> Vec<ObjectRef<GpuNodePool>> {
     pools
         .iter()
         .filter(|pool| membership::concerns(pool, node.labels()))

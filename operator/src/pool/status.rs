@@ -8,12 +8,10 @@ use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, nvml::DRIVER_ROOT},
     pool::{Backend, PoolNodeStatus, resolve::resolve_pool},
 };
-use k8s_openapi::{
-    api::core::v1::Node,
-    apimachinery::pkg::apis::meta::v1::{Condition, Time},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
+use crate::node::CachedNode;
 use crate::{
     conditions::{STALLED, condition, stamp},
     membership,
@@ -86,7 +84,7 @@ pub fn is_problem(condition: &Condition) -> bool {
 pub fn desired_status(
     pool: &GpuNodePool,
     pools: &[Arc<GpuNodePool>],
-    nodes: &[Arc<Node>],
+    nodes: &[Arc<CachedNode>],
     foreign_classes: &[String],
     problems: &NodeProblems,
     allocated: impl Fn(&str) -> u32,
@@ -97,7 +95,7 @@ pub fn desired_status(
     let resolved = resolve_pool(&pool.spec);
     let gpus_per_node = resolved.as_ref().map(|g| g.count).unwrap_or_default();
 
-    let mut labelled: Vec<&Arc<Node>> = nodes
+    let mut labelled: Vec<&Arc<CachedNode>> = nodes
         .iter()
         .filter(|n| n.labels().get(POOL_LABEL) == Some(&name))
         .collect();

@@ -1,0 +1,179 @@
+//! What the operator's watch caches hold of the kinds it has the most of (nodes, topology
+//! ConfigMaps, ResourceSlices): [`Cached`] objects, trimmed to what the controllers read. At
+//! 10 000 nodes the whole objects were most of the operator's memory, and the content it only
+//! compares (fakegpu's own node labels, a free topology document, a slice's devices) is kept
+//! as a [`Digest`] instead.
+//!
+//! A cached object is not the API object, and its type says so: a reader holding a
+//! `Cached<Node>` cannot take its labels for the node's labels without seeing that they are
+//! the cache's (fakegpu's own labels are not among them).
+
+use std::{borrow::Cow, fmt::Debug};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// How a kind is trimmed for its cache, and what the cache keeps in place of what it dropped.
+pub trait Trim: Resource + Sized {
+    /// What stands in for the dropped content: digests to compare, summaries to read.
+    type Kept: Clone + Debug + PartialEq + Serialize + Send + Sync + 'static;
+
+    /// Drops from `object` what the controllers do not read; returns what stands in for it.
+    fn trim(object: &mut Self) -> Self::Kept;
+}
+
+/// An object as a watch cache holds it: the API object trimmed by its kind's [`Trim`], and
+/// what the cache kept of the rest. Read what is left with [`Cached::trimmed`]; what was
+/// dropped can only be compared, through [`Cached::kept`].
+#[derive(Clone, Debug)]
+pub struct Cached<K: Trim> {
+    trimmed: K,
+    kept: K::Kept,
+}
+
+impl<K: Trim> Cached<K> {
+    /// Trims `object` for a cache.
+    pub fn new(mut object: K) -> Self {
+        let kept = K::trim(&mut object);
+        Self {
+            trimmed: object,
+            kept,
+        }
+    }
+
+    /// The object less what its cache dropped.
+    pub fn trimmed(&self) -> &K {
+        &self.trimmed
+    }
+
+    /// What the cache keeps in place of the content it dropped.
+    pub fn kept(&self) -> &K::Kept {
+        &self.kept
+    }
+}
+
+/// Caches and controllers know objects by kind, name and namespace: those of the API object.
+impl<K: Trim> Resource for Cached<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        self.trimmed.meta()
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        self.trimmed.meta_mut()
+    }
+}
+
+/// kube's controllers ask that their objects can be read from the API; one read is trimmed as
+/// a cache would.
+impl<'de, K: Trim + Deserialize<'de>> Deserialize<'de> for Cached<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        K::deserialize(deserializer).map(Self::new)
+    }
+}
+
+/// A digest of content a cache dropped and only compares: equal for equal values within one
+/// process (not stable across builds, never written out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Digest(u64);
+
+impl Digest {
+    pub fn of(value: &impl Serialize) -> Self {
+        // Serialized, as the Kubernetes types do not implement Hash; their maps serialize in
+        // key order, so equal values give equal bytes.
+        Self(crate::recent::fingerprint(value))
+    }
+}
+
+/// Whether `current`, the content of a cached object unless its cache dropped it (`dropped`
+/// is then its digest), equals `desired`.
+pub fn same_content<T: Serialize + PartialEq>(
+    current: &T,
+    dropped: Option<Digest>,
+    desired: &T,
+) -> bool {
+    match dropped {
+        Some(digest) => digest == Digest::of(desired),
+        None => current == desired,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
+
+    use super::*;
+
+    /// A kind whose cache keeps the digest of its data.
+    #[derive(Clone, Debug, Default, serde::Deserialize)]
+    struct Doc(ConfigMap);
+
+    impl Resource for Doc {
+        type DynamicType = ();
+        type Scope = k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> Cow<'_, str> {
+            "ConfigMap".into()
+        }
+        fn group(_: &()) -> Cow<'_, str> {
+            "".into()
+        }
+        fn version(_: &()) -> Cow<'_, str> {
+            "v1".into()
+        }
+        fn plural(_: &()) -> Cow<'_, str> {
+            "configmaps".into()
+        }
+        fn meta(&self) -> &ObjectMeta {
+            &self.0.metadata
+        }
+        fn meta_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.0.metadata
+        }
+    }
+
+    impl Trim for Doc {
+        type Kept = Digest;
+        fn trim(doc: &mut Self) -> Digest {
+            Digest::of(&doc.0.data.take())
+        }
+    }
+
+    #[test]
+    fn a_cached_object_is_known_by_the_api_object_s_identity_and_keeps_a_digest() {
+        let doc: Cached<Doc> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "v"},
+        }))
+        .expect("doc");
+        assert_eq!(doc.name_any(), "a");
+        assert_eq!(Cached::<Doc>::kind(&()), "ConfigMap");
+        assert!(doc.trimmed().0.data.is_none());
+        let data = Some(std::collections::BTreeMap::from([(
+            "k".to_owned(),
+            "v".to_owned(),
+        )]));
+        assert!(same_content(&None, Some(*doc.kept()), &data));
+        assert!(!same_content(&data, Some(*doc.kept()), &None));
+        assert!(same_content(&data, None, &data));
+        assert!(!same_content(&None, None, &data));
+    }
+}
