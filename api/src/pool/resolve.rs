@@ -69,6 +69,9 @@ pub enum ResolveError {
     BadComputeCapability(String),
     #[error("spec.mig: {0}")]
     Mig(#[from] MigError),
+    /// Out of the CRD's bounds: stored under an older CRD, or written past it.
+    #[error("spec: {0}")]
+    OutOfBounds(String),
 }
 
 impl ResolveError {
@@ -76,7 +79,9 @@ impl ResolveError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::UnknownProfile(_) => "UnknownProfile",
-            Self::Missing(_) | Self::BadComputeCapability(_) => "InvalidSpec",
+            Self::Missing(_) | Self::BadComputeCapability(_) | Self::OutOfBounds(_) => {
+                "InvalidSpec"
+            }
             Self::Mig(_) => "InvalidMigLayout",
         }
     }
@@ -145,6 +150,10 @@ pub fn resolve(spec: &GpuSpec) -> Result<ResolvedGpu, ResolveError> {
 
 /// [`resolve`]s the pool's GPUs and plans its MIG layout on them.
 pub fn resolve_pool(spec: &GpuNodePoolSpec) -> Result<ResolvedGpu, ResolveError> {
+    // The API server checks these bounds on writes; a pool stored before a bound existed is
+    // checked here, so it cannot reach the nodes.
+    validator::Validate::validate(spec)
+        .map_err(|errors| ResolveError::OutOfBounds(errors.to_string().replace('\n', "; ")))?;
     let mut gpu = resolve(&spec.gpu)?;
     gpu.mig = mig::plan(spec, &gpu.product, gpu.count, gpu.catalog)?;
     Ok(gpu)
@@ -249,5 +258,17 @@ mod tests {
             resolve(&gpu(json!({"profile": "a100", "computeCapability": "x"}))),
             Err(ResolveError::BadComputeCapability("x".into()))
         );
+    }
+
+    #[test]
+    fn a_pool_beyond_the_crd_s_bounds_does_not_resolve() {
+        // As a pool stored before the bound existed would read.
+        let spec: GpuNodePoolSpec = serde_json::from_value(json!({
+            "nodeSelector": {"gpu": "true"}, "gpu": {"profile": "t4", "count": 0},
+        }))
+        .expect("test spec");
+        let error = resolve_pool(&spec).expect_err("count 0 is out of bounds");
+        assert_eq!(error.reason(), "InvalidSpec");
+        assert!(error.to_string().contains("count"), "{error}");
     }
 }
