@@ -13,6 +13,7 @@ pub mod pool;
 pub mod profiles;
 pub mod quantity;
 pub mod report;
+pub mod telemetry;
 pub mod topology;
 pub mod utilization;
 

@@ -358,14 +358,59 @@ pub mod metric {
 /// dcgm-exporter's metric and label names, which fakegpu-exporter publishes so that NVIDIA's
 /// Grafana dashboard and queries written for real GPUs work unchanged.
 pub mod dcgm {
-    /// Gauge, percent: GPU utilization.
+    // The series of dcgm-exporter's default counters (its `etc/default-counters.csv`), in that
+    // file's order, as dashboards and alerts written for real GPUs query them.
+
+    /// Gauge, MHz: SM clock.
+    pub const SM_CLOCK: &str = "DCGM_FI_DEV_SM_CLOCK";
+    /// Gauge, MHz: memory clock.
+    pub const MEM_CLOCK: &str = "DCGM_FI_DEV_MEM_CLOCK";
+    /// Gauge, C: memory temperature.
+    pub const MEMORY_TEMP: &str = "DCGM_FI_DEV_MEMORY_TEMP";
+    /// Gauge, C: GPU temperature; NVIDIA's dashboard fills its GPU and instance dropdowns from it.
+    pub const GPU_TEMP: &str = "DCGM_FI_DEV_GPU_TEMP";
+    /// Gauge, W: power draw.
+    pub const POWER_USAGE: &str = "DCGM_FI_DEV_POWER_USAGE";
+    /// Counter, mJ: energy since boot.
+    pub const TOTAL_ENERGY_CONSUMPTION: &str = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
+    /// Counter: PCIe retries.
+    pub const PCIE_REPLAY_COUNTER: &str = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER";
+    /// Gauge, percent: GPU utilization (whole GPUs only).
     pub const GPU_UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
-    /// Gauge, MiB: framebuffer used.
-    pub const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
+    /// Gauge, percent: memory-controller utilization (whole GPUs only).
+    pub const MEM_COPY_UTIL: &str = "DCGM_FI_DEV_MEM_COPY_UTIL";
+    /// Gauge, percent: encoder utilization (whole GPUs only).
+    pub const ENC_UTIL: &str = "DCGM_FI_DEV_ENC_UTIL";
+    /// Gauge, percent: decoder utilization (whole GPUs only).
+    pub const DEC_UTIL: &str = "DCGM_FI_DEV_DEC_UTIL";
+    /// Gauge: the last XID error (0: none).
+    pub const XID_ERRORS: &str = "DCGM_FI_DEV_XID_ERRORS";
     /// Gauge, MiB: framebuffer free.
     pub const FB_FREE: &str = "DCGM_FI_DEV_FB_FREE";
+    /// Gauge, MiB: framebuffer used.
+    pub const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
+    /// Gauge, MiB: framebuffer reserved by the driver.
+    pub const FB_RESERVED: &str = "DCGM_FI_DEV_FB_RESERVED";
+    /// Gauge: NVLink bandwidth counters of all lanes.
+    pub const NVLINK_BANDWIDTH_TOTAL: &str = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL";
+    /// Gauge: vGPU license status.
+    pub const VGPU_LICENSE_STATUS: &str = "DCGM_FI_DEV_VGPU_LICENSE_STATUS";
+    /// Counter: rows remapped for uncorrectable errors.
+    pub const UNCORRECTABLE_REMAPPED_ROWS: &str = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS";
+    /// Counter: rows remapped for correctable errors.
+    pub const CORRECTABLE_REMAPPED_ROWS: &str = "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS";
+    /// Gauge, 0 or 1: whether row remapping failed.
+    pub const ROW_REMAP_FAILURE: &str = "DCGM_FI_DEV_ROW_REMAP_FAILURE";
     /// Gauge, ratio 0..1: graphics engine activity (the profiling dashboards' utilization).
     pub const GR_ENGINE_ACTIVE: &str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
+    /// Gauge, ratio 0..1: tensor pipe activity (NVIDIA's dashboard's Tensor Core panel).
+    pub const PIPE_TENSOR_ACTIVE: &str = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE";
+    /// Gauge, ratio 0..1: memory interface activity.
+    pub const DRAM_ACTIVE: &str = "DCGM_FI_PROF_DRAM_ACTIVE";
+    /// Gauge, bytes per second: PCIe transmitted.
+    pub const PCIE_TX_BYTES: &str = "DCGM_FI_PROF_PCIE_TX_BYTES";
+    /// Gauge, bytes per second: PCIe received.
+    pub const PCIE_RX_BYTES: &str = "DCGM_FI_PROF_PCIE_RX_BYTES";
     /// Label names, in dcgm-exporter's order. The hostname label is `Hostname` in released
     /// dcgm-exporter images (`hostname` at its repository head); see the exporter's settings.
     pub const LABELS: [&str; 10] = [

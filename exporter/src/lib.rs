@@ -5,9 +5,13 @@
 //! - [`documents`]: the topology ConfigMaps, watched, parsed once per version;
 //! - [`draws`]: utilization values drawn from each pod's range, kept for an interval;
 //! - [`knative`]: inference pods' utilization from their request rate, asked of Prometheus;
+//! - [`energy`]: each GPU's power integrated into its energy counter;
+//! - [`fields`]: the DCGM fields served, and what each reads of a sample;
 //! - [`render`]: documents and draws into samples (pure), samples into the text format.
 
 pub mod documents;
 pub mod draws;
+pub mod energy;
+pub mod fields;
 pub mod knative;
 pub mod render;

@@ -33,6 +33,7 @@ use fakegpu_api::names::{
 use fakegpu_exporter::{
     documents::Documents,
     draws::Draws,
+    energy::Energy,
     knative::{self, Knative},
     render,
 };
@@ -43,6 +44,7 @@ use tracing::{info, warn};
 struct Exporter {
     documents: Documents,
     draws: Draws,
+    energy: Energy,
     hostname_label: String,
     knative: Knative,
     /// The last answer about request rates, when it was asked, whether Prometheus answered.
@@ -93,11 +95,17 @@ async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) 
         Some((by_uid, answered)) => (by_uid, Some(answered)),
         None => (HashMap::new(), None),
     };
-    let samples = render::samples(&snapshot, &exporter.draws, &by_uid, Instant::now());
-    match render::encode(&samples, &exporter.hostname_label, up) {
-        Ok(text) => (StatusCode::OK, text),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
-    }
+    let samples = render::samples(
+        &snapshot,
+        &exporter.draws,
+        &exporter.energy,
+        &by_uid,
+        Instant::now(),
+    );
+    (
+        StatusCode::OK,
+        render::encode(&samples, &exporter.hostname_label, up),
+    )
 }
 
 /// One node's GPUs as nvidia-smi shows them; 404 for a node without a document.
@@ -135,6 +143,7 @@ async fn run() -> anyhow::Result<()> {
     let exporter = Arc::new(Exporter {
         documents: Documents::default(),
         draws: Draws::new(Duration::from_secs(interval)),
+        energy: Energy::default(),
         hostname_label,
         knative: Knative::new(&prometheus),
         rates: tokio::sync::Mutex::default(),

@@ -2,21 +2,25 @@
 //! Prometheus text format.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     time::Instant,
 };
+
+use std::fmt::Write as _;
 
 use fakegpu_api::{
     names::{dcgm, metric},
     report::NodeReport,
+    telemetry::{self, Load},
     topology::{GpuStatus, GpuTopology, NodeTopology, long_bus_id},
 };
-use prometheus::{
-    Encoder, TextEncoder,
-    proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType},
-};
 
-use crate::{documents::Snapshot, draws::Draws};
+use crate::{
+    documents::Snapshot,
+    draws::Draws,
+    energy::Energy,
+    fields::{FIELDS, Scope},
+};
 
 /// One GPU's or MIG instance's values and labels (in [`dcgm::LABELS`] order).
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +30,18 @@ pub struct GpuSample {
     pub mig: Option<[String; 2]>,
     /// The GPU's or the instance's UUID.
     pub uuid: String,
+    /// The UUID of the GPU (the instance's GPU for a MIG instance).
+    pub gpu: String,
+    /// The sample's own utilization, percent.
     pub utilization: f64,
     pub fb_used: f64,
     pub fb_free: f64,
+    /// How busy the whole GPU is (a MIG GPU: its instances together), for its sensors.
+    pub device: Load,
+    /// The last XID error of the GPU; 0 while it is healthy.
+    pub last_xid: u32,
+    /// The GPU's energy counter, mJ (see [`Energy`]); 0 until a scrape reads it.
+    pub energy_mj: f64,
 }
 
 /// What one sample is of: a whole GPU (keyed by its UUID) or one of its MIG instances.
@@ -89,9 +102,20 @@ fn sample(
         ],
         mig,
         uuid: key.to_owned(),
+        gpu: gpu.id.clone(),
         utilization: f64::from(utilization.min(100)),
         fb_used: used as f64,
         fb_free: memory.saturating_sub(used) as f64,
+        device: Load {
+            utilization: u8::try_from(utilization.min(100)).unwrap_or(100),
+            power_limit: (document.power_limit_watts > 0).then_some(document.power_limit_watts),
+        },
+        last_xid: if gpu.health.is_healthy() {
+            0
+        } else {
+            telemetry::XID_FALLEN_OFF_THE_BUS
+        },
+        energy_mj: 0.0,
     }
 }
 
@@ -118,7 +142,8 @@ pub fn node_samples(
                 };
                 return vec![sample(node, document, gpu, whole, rates)];
             }
-            gpu.mig_devices
+            let mut instances: Vec<GpuSample> = gpu
+                .mig_devices
                 .iter()
                 .map(|mig| {
                     let target = Target {
@@ -129,7 +154,19 @@ pub fn node_samples(
                     };
                     sample(node, document, gpu, target, rates)
                 })
-                .collect()
+                .collect();
+            // The GPU's sensors read the instances' load together.
+            let busy = telemetry::partitioned_utilization(
+                instances
+                    .iter()
+                    .zip(&gpu.mig_devices)
+                    .map(|(s, mig)| (s.utilization as u8, mig.memory)),
+                document.gpu_memory,
+            );
+            for instance in &mut instances {
+                instance.device.utilization = busy;
+            }
+            instances
         })
         .collect()
 }
@@ -138,13 +175,23 @@ pub fn node_samples(
 pub fn samples(
     snapshot: &Snapshot,
     draws: &Draws,
+    energy: &Energy,
     knative: &HashMap<String, u8>,
     now: Instant,
 ) -> Vec<GpuSample> {
-    let samples: Vec<GpuSample> = snapshot
+    let mut samples: Vec<GpuSample> = snapshot
         .iter()
         .flat_map(|(node, document)| node_samples(node, document, draws, knative, now))
         .collect();
+    // Once per GPU: a MIG GPU's instances carry its counter.
+    let mut read: HashMap<String, f64> = HashMap::new();
+    for sample in &mut samples {
+        let power = sample.device.power_draw().unwrap_or(0.0);
+        sample.energy_mj = *read
+            .entry(sample.gpu.clone())
+            .or_insert_with(|| energy.read(&sample.gpu, power, now));
+    }
+    energy.retain(&read.keys().map(String::as_str).collect());
     // One pass over the documents, not one per remembered draw: scrapes of thousands of GPUs.
     let live: HashSet<(&str, &str)> = snapshot
         .values()
@@ -188,11 +235,15 @@ pub fn node_report(
     knative: &HashMap<String, u8>,
     now: Instant,
 ) -> NodeReport {
-    // By the GPU's UUID, or the MIG instance's.
-    let utilization = node_samples(node, document, draws, knative, now)
-        .into_iter()
-        .map(|sample| (sample.uuid, sample.utilization as u8))
-        .collect();
+    // By the GPU's UUID, or the MIG instance's; a MIG GPU's own is its instances' together,
+    // which its sensors (temperature, power) follow in nvidia-smi as on the dashboard.
+    let mut utilization = BTreeMap::new();
+    for sample in node_samples(node, document, draws, knative, now) {
+        if sample.mig.is_some() {
+            utilization.insert(sample.gpu, sample.device.utilization);
+        }
+        utilization.insert(sample.uuid, sample.utilization as u8);
+    }
     NodeReport {
         node: node.to_owned(),
         topology: document.clone(),
@@ -200,111 +251,94 @@ pub fn node_report(
     }
 }
 
-fn pair(name: &str, value: &str) -> LabelPair {
-    let mut pair = LabelPair::default();
-    pair.set_name(name.to_owned());
-    pair.set_value(value.to_owned());
-    pair
+/// Writes `value` escaped as a label value of the text format.
+fn escape_label(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
 }
 
-/// A gauge family with one metric per sample that `include` keeps, labelled in
-/// dcgm-exporter's order (a MIG instance's labels after `modelName`).
-fn gauge_family(
-    name: &str,
-    help: &str,
-    labels: &[&str; 10],
-    samples: &[GpuSample],
-    include: impl Fn(&GpuSample) -> bool,
-    value: impl Fn(&GpuSample) -> f64,
-) -> MetricFamily {
-    let metrics = samples
+/// A sample's label set, `{...}`, in dcgm-exporter's order (a MIG instance's labels after
+/// `modelName`), written once and shared by every field.
+fn label_set(sample: &GpuSample, labels: &[&str; 10]) -> String {
+    let mut pairs: Vec<(&str, &str)> = labels
         .iter()
-        .filter(|s| include(s))
-        .map(|sample| {
-            let mut pairs: Vec<LabelPair> = labels
-                .iter()
-                .zip(&sample.labels)
-                .map(|(name, value)| pair(name, value))
-                .collect();
-            if let Some(mig) = &sample.mig {
-                for (offset, (name, value)) in dcgm::MIG_LABELS.iter().zip(mig).enumerate() {
-                    pairs.insert(dcgm::HOSTNAME_LABEL + offset, pair(name, value));
-                }
-            }
-            let mut gauge = Gauge::default();
-            gauge.set_value(value(sample));
-            let mut metric = Metric::default();
-            metric.set_label(pairs);
-            metric.set_gauge(gauge);
-            metric
-        })
+        .zip(&sample.labels)
+        .map(|(name, value)| (*name, value.as_str()))
         .collect();
-    let mut family = MetricFamily::default();
-    family.set_name(name.to_owned());
-    family.set_help(help.to_owned());
-    family.set_field_type(MetricType::GAUGE);
-    family.set_metric(metrics);
-    family
+    if let Some(mig) = &sample.mig {
+        for (offset, (name, value)) in dcgm::MIG_LABELS.iter().zip(mig).enumerate() {
+            pairs.insert(dcgm::HOSTNAME_LABEL + offset, (name, value));
+        }
+    }
+    let mut out = String::with_capacity(256);
+    out.push('{');
+    for (index, (name, value)) in pairs.into_iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_label(&mut out, value);
+        out.push('"');
+    }
+    out.push('}');
+    out
 }
 
-/// The text format of `samples`; `hostname_label` names the hostname label (`Hostname` or
-/// `hostname`); `knative_up`, once Prometheus was asked, whether it answered.
+/// A value as the text format writes it.
+fn write_value(out: &mut String, value: f64) {
+    if value.is_nan() {
+        out.push_str("NaN");
+    } else if value.is_infinite() {
+        out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{value}");
+    }
+}
+
+/// The text format of `samples`, every field of [`FIELDS`] that has series; `hostname_label`
+/// names the hostname label (`Hostname` or `hostname`); `knative_up`, once Prometheus was
+/// asked, whether it answered.
 ///
-/// The families are built directly, not through a registry of gauge vectors: at 8 000 GPUs
-/// the registry's hashing of every label set on every scrape took most of a scrape's time.
-pub fn encode(
-    samples: &[GpuSample],
-    hostname_label: &str,
-    knative_up: Option<bool>,
-) -> Result<String, prometheus::Error> {
+/// Written directly, not through the prometheus crate's registry or its encoder: at 8 000 GPUs
+/// the registry's hashing of every label set on every scrape took most of a scrape's time, and
+/// each sample's label set is the same in all 25 fields, so it is written once.
+pub fn encode(samples: &[GpuSample], hostname_label: &str, knative_up: Option<bool>) -> String {
     let mut labels = dcgm::LABELS;
     labels[dcgm::HOSTNAME_LABEL] = hostname_label;
-    let mut families = vec![
-        // dcgm-exporter reports no GPU utilization for MIG instances, only profiling metrics.
-        gauge_family(
-            dcgm::GPU_UTIL,
-            "GPU utilization (in %).",
-            &labels,
-            samples,
-            |s| s.mig.is_none(),
-            |s| s.utilization,
-        ),
-        gauge_family(
-            dcgm::FB_USED,
-            "Framebuffer memory used (in MiB).",
-            &labels,
-            samples,
-            |_| true,
-            |s| s.fb_used,
-        ),
-        gauge_family(
-            dcgm::FB_FREE,
-            "Framebuffer memory free (in MiB).",
-            &labels,
-            samples,
-            |_| true,
-            |s| s.fb_free,
-        ),
-        gauge_family(
-            dcgm::GR_ENGINE_ACTIVE,
-            "Ratio of time the graphics engine is active.",
-            &labels,
-            samples,
-            |_| true,
-            |s| s.utilization / 100.0,
-        ),
-    ];
-    if let Some(up) = knative_up {
-        let gauge = prometheus::IntGauge::new(
-            metric::EXPORTER_KNATIVE_UP,
-            "1 when Prometheus answered the last request-rate query for inference pods.",
-        )?;
-        gauge.set(i64::from(up));
-        families.extend(prometheus::core::Collector::collect(&gauge));
+    let sets: Vec<String> = samples.iter().map(|s| label_set(s, &labels)).collect();
+    let mut out = String::with_capacity(samples.len() * FIELDS.len() * 320);
+    for field in &FIELDS {
+        let carried = |s: &GpuSample| field.scope == Scope::Every || s.mig.is_none();
+        if !samples.iter().any(carried) {
+            continue;
+        }
+        let _ = writeln!(out, "# HELP {} {}", field.name, field.help);
+        let _ = writeln!(out, "# TYPE {} {}", field.name, field.kind.as_str());
+        for (sample, set) in samples.iter().zip(&sets).filter(|(s, _)| carried(s)) {
+            out.push_str(field.name);
+            out.push_str(set);
+            out.push(' ');
+            write_value(&mut out, (field.value)(sample));
+            out.push('\n');
+        }
     }
-    let mut buffer = Vec::with_capacity(samples.len() * 4 * 320);
-    TextEncoder::new().encode(&families, &mut buffer)?;
-    String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    if let Some(up) = knative_up {
+        let name = metric::EXPORTER_KNATIVE_UP;
+        let _ = writeln!(
+            out,
+            "# HELP {name} 1 when Prometheus answered the last request-rate query for inference pods."
+        );
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {}", u8::from(up));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -360,12 +394,18 @@ mod tests {
     fn series_follow_the_pods_on_each_gpu() {
         let draws = Draws::new(Duration::from_secs(10));
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document()))]);
-        let samples = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
+        let samples = samples(
+            &snapshot,
+            &draws,
+            &Energy::default(),
+            &HashMap::new(),
+            Instant::now(),
+        );
         assert_eq!(samples[0].utilization, 40.0);
         assert_eq!((samples[0].fb_used, samples[0].fb_free), (30000.0, 51559.0));
         assert_eq!(samples[1].utilization, 0.0);
         assert_eq!(samples[1].fb_free, 81559.0);
-        let text = encode(&samples, "Hostname", None).expect("encodes");
+        let text = encode(&samples, "Hostname", None);
         assert!(!text.contains("knative"));
         // Labels in dcgm-exporter's order; Prometheus reads them by name either way.
         let line = text
@@ -387,11 +427,7 @@ mod tests {
         }
         assert!(line.ends_with(" 40"), "{line}");
         assert!(text.contains("DCGM_FI_DEV_FB_USED{"), "{text}");
-        assert!(
-            encode(&samples, "hostname", Some(false))
-                .expect("encodes")
-                .contains(r#"hostname="node-1""#)
-        );
+        assert!(encode(&samples, "hostname", Some(false)).contains(r#"hostname="node-1""#));
     }
 
     #[test]
@@ -408,12 +444,24 @@ mod tests {
         assert!(wants_knative(&snapshot));
         let draws = Draws::new(Duration::from_secs(10));
         let rates = HashMap::from([("uid-1".to_owned(), 27u8)]);
-        let with_rate = samples(&snapshot, &draws, &rates, Instant::now());
+        let with_rate = samples(
+            &snapshot,
+            &draws,
+            &Energy::default(),
+            &rates,
+            Instant::now(),
+        );
         assert_eq!(with_rate[0].utilization, 27.0);
         // Prometheus did not answer: the pod's range (40-40) again.
-        let without = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
+        let without = samples(
+            &snapshot,
+            &draws,
+            &Energy::default(),
+            &HashMap::new(),
+            Instant::now(),
+        );
         assert_eq!(without[0].utilization, 40.0);
-        let text = encode(&without, "Hostname", Some(false)).expect("encodes");
+        let text = encode(&without, "Hostname", Some(false));
         assert!(text.contains("fakegpu_exporter_knative_up 0"), "{text}");
         let report = node_report(
             "node-1",
@@ -446,7 +494,13 @@ mod tests {
         document.gpus[0].mig_devices[0].status = busy;
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
         let draws = Draws::new(Duration::from_secs(10));
-        let samples = samples(&snapshot, &draws, &HashMap::new(), Instant::now());
+        let samples = samples(
+            &snapshot,
+            &draws,
+            &Energy::default(),
+            &HashMap::new(),
+            Instant::now(),
+        );
         assert_eq!(samples.len(), 3, "two instances and the whole GPU");
         assert_eq!(samples[0].mig, Some(["3g.40gb".to_owned(), "1".to_owned()]));
         // GPU-instance IDs as the driver numbers slice runs: the eighth at slice 4 is GI 11.
@@ -462,7 +516,7 @@ mod tests {
             ),
             (40.0, 30000.0, 10192.0)
         );
-        let text = encode(&samples, "Hostname", None).expect("encodes");
+        let text = encode(&samples, "Hostname", None);
         let line = text
             .lines()
             .find(|l| {
@@ -487,5 +541,111 @@ mod tests {
             Instant::now(),
         );
         assert_eq!(report.utilization["MIG-0"], 40);
+        // The GPU's sensors read its instances' load together (the busy instance holds half
+        // its memory), on every instance's series and in nvidia-smi's report.
+        assert_eq!(report.utilization["GPU-a"], 19);
+        let temperatures =
+            ["1", "11"].map(|id| value(&text, dcgm::GPU_TEMP, &format!("GPU_I_ID=\"{id}\"")));
+        assert_eq!(temperatures, [38.0, 38.0]);
+    }
+
+    /// The value of the series of `name` whose labels include `pair`.
+    fn value(text: &str, name: &str, pair: &str) -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(pair))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} series with {pair} in {text}"))
+    }
+
+    #[test]
+    fn every_default_counter_is_served_and_the_sensors_follow_the_load() {
+        let mut document = document();
+        document.power_limit_watts = 700;
+        document.gpus[1].health = fakegpu_api::topology::Health::Unhealthy;
+        let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
+        let draws = Draws::new(Duration::from_secs(10));
+        let energy = Energy::default();
+        let start = Instant::now();
+        let text = encode(
+            &samples(&snapshot, &draws, &energy, &HashMap::new(), start),
+            "Hostname",
+            None,
+        );
+        for field in &FIELDS {
+            let declared = format!("# TYPE {} {}\n", field.name, field.kind.as_str());
+            assert!(text.contains(&declared), "{declared} missing");
+            assert!(text.contains(&format!("# HELP {} {}\n", field.name, field.help)));
+            assert_eq!(
+                text.lines()
+                    .filter(|l| l.starts_with(&format!("{}{{", field.name)))
+                    .count(),
+                2,
+                "{}",
+                field.name
+            );
+        }
+        // GPU-a runs at 40 %, GPU-b idles: the same model as nvidia-smi's.
+        let (busy, idle) = (r#"UUID="GPU-a""#, r#"UUID="GPU-b""#);
+        let load = Load {
+            utilization: 40,
+            power_limit: Some(700),
+        };
+        assert_eq!(
+            value(&text, dcgm::POWER_USAGE, busy),
+            load.power_draw().expect("limit")
+        );
+        assert_eq!(value(&text, dcgm::POWER_USAGE, idle), 70.0);
+        assert_eq!(value(&text, dcgm::GPU_TEMP, busy), 48.0);
+        assert_eq!(value(&text, dcgm::GPU_TEMP, idle), 30.0);
+        assert_eq!(value(&text, dcgm::SM_CLOCK, busy), 1980.0);
+        assert_eq!(value(&text, dcgm::SM_CLOCK, idle), 345.0);
+        assert_eq!(value(&text, dcgm::MEM_COPY_UTIL, busy), 16.0);
+        assert_eq!(value(&text, dcgm::PIPE_TENSOR_ACTIVE, busy), 0.2);
+        assert_eq!(value(&text, dcgm::XID_ERRORS, busy), 0.0);
+        assert_eq!(
+            value(&text, dcgm::XID_ERRORS, idle),
+            79.0,
+            "an unhealthy GPU"
+        );
+        assert_eq!(value(&text, dcgm::TOTAL_ENERGY_CONSUMPTION, busy), 0.0);
+        // Two seconds later the counter holds two seconds of the power drawn.
+        let later = encode(
+            &samples(
+                &snapshot,
+                &draws,
+                &energy,
+                &HashMap::new(),
+                start + Duration::from_secs(2),
+            ),
+            "Hostname",
+            None,
+        );
+        assert_eq!(
+            value(&later, dcgm::TOTAL_ENERGY_CONSUMPTION, busy),
+            (load.power_draw().expect("limit") * 2000.0).round()
+        );
+    }
+
+    #[test]
+    fn no_gpus_no_families() {
+        assert_eq!(encode(&[], "Hostname", None), "");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut sample = samples(
+            &BTreeMap::from([("node-1".to_owned(), Arc::new(document()))]),
+            &Draws::new(Duration::from_secs(10)),
+            &Energy::default(),
+            &HashMap::new(),
+            Instant::now(),
+        )
+        .remove(0);
+        sample.labels[4] = "a \"quoted\" \\ name\n".into();
+        let text = encode(&[sample], "Hostname", None);
+        assert!(
+            text.contains(r#"modelName="a \"quoted\" \\ name\n""#),
+            "{text}"
+        );
     }
 }

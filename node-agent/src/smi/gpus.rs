@@ -5,6 +5,7 @@ use fakegpu_api::{
     names::container_env,
     profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
     report::NodeReport,
+    telemetry::Load,
     topology::{GpuStatus, GpuTopology, MigDevice, PodGpuUsage, long_bus_id},
 };
 
@@ -108,22 +109,27 @@ pub struct MigInstance {
 }
 
 impl Gpu {
-    /// Simulated board power: a tenth of the limit idle, rising with utilization.
+    /// What the GPU's sensors read: the model the exporter's series follow too.
+    pub fn load(&self) -> Load {
+        Load {
+            utilization: self.utilization,
+            power_limit: self.power_limit,
+        }
+    }
+
+    /// Board power, W.
     pub fn power_draw(&self) -> Option<f64> {
-        self.power_limit.map(|limit| {
-            let idle = f64::from(limit) * 0.1;
-            idle + (f64::from(limit) - idle) * f64::from(self.utilization) / 100.0
-        })
+        self.load().power_draw()
     }
 
-    /// Simulated temperature, degrees C: 30 idle, 75 at full load.
+    /// Temperature, C.
     pub fn temperature(&self) -> u32 {
-        30 + u32::from(self.utilization) * 45 / 100
+        self.load().gpu_temperature()
     }
 
-    /// Simulated SM clock, MHz: base idle, boost under load.
+    /// SM clock, MHz.
     pub fn sm_clock(&self) -> u32 {
-        if self.utilization > 0 { 1980 } else { 345 }
+        self.load().sm_clock()
     }
 
     pub fn memory_free(&self) -> u64 {

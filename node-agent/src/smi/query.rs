@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use fakegpu_api::telemetry;
+
 use super::{
     args::CsvFormat,
     gpus::{Gpu, Machine, Process},
@@ -80,12 +82,12 @@ fn gpu_field(field: &str, gpu: &Gpu, machine: &Machine) -> Option<(&'static str,
         "memory.free" => ("memory.free", with_unit(gpu.memory_free(), "MiB")),
         "memory.reserved" => ("memory.reserved", with_unit(0, "MiB")),
         "utilization.gpu" => ("utilization.gpu", with_unit(gpu.utilization, "%")),
-        // Memory-controller activity, simulated as a share of the GPU's.
         "utilization.memory" => (
             "utilization.memory",
-            with_unit(u32::from(gpu.utilization) * 2 / 5, "%"),
+            with_unit(gpu.load().memory_utilization(), "%"),
         ),
         "temperature.gpu" => ("temperature.gpu", plain(gpu.temperature())),
+        "temperature.memory" => ("temperature.memory", plain(gpu.load().memory_temperature())),
         "power.draw" => ("power.draw", watts(gpu.power_draw())),
         "power.limit" => ("power.limit", watts(limit)),
         "enforced.power.limit" => ("enforced.power.limit", watts(limit)),
@@ -94,9 +96,17 @@ fn gpu_field(field: &str, gpu: &Gpu, machine: &Machine) -> Option<(&'static str,
         "clocks.sm" | "clocks.current.sm" => {
             ("clocks.current.sm", with_unit(gpu.sm_clock(), "MHz"))
         }
-        "clocks.max.sm" | "clocks.max.sm_clock" => ("clocks.max.sm", with_unit(1980, "MHz")),
-        "clocks.mem" | "clocks.current.memory" => ("clocks.current.memory", with_unit(2619, "MHz")),
-        "clocks.max.mem" | "clocks.max.memory" => ("clocks.max.memory", with_unit(2619, "MHz")),
+        "clocks.max.sm" | "clocks.max.sm_clock" => {
+            ("clocks.max.sm", with_unit(telemetry::SM_CLOCK_MAX, "MHz"))
+        }
+        "clocks.mem" | "clocks.current.memory" => (
+            "clocks.current.memory",
+            with_unit(gpu.load().memory_clock(), "MHz"),
+        ),
+        "clocks.max.mem" | "clocks.max.memory" => (
+            "clocks.max.memory",
+            with_unit(telemetry::MEMORY_CLOCK, "MHz"),
+        ),
         "compute_cap" => (
             "compute_cap",
             if gpu.compute_capability.is_empty() {

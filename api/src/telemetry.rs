@@ -1,0 +1,145 @@
+//! What a simulated GPU's sensors and counters read, from how busy it is: one model for the
+//! exporter's DCGM fields and for nvidia-smi, so that the same GPU shows the same temperature,
+//! power and clocks on a dashboard and in a pod's `nvidia-smi`.
+//!
+//! Everything follows the GPU's utilization (what the exporter draws for the pods holding it):
+//! idle, a GPU sits at its base clock, 30 C and a tenth of its power limit; at full load it
+//! boosts and reaches 75 C and its limit. Errors (XID, remapped rows, PCIe replays) read zero
+//! while the GPU is healthy.
+
+/// How busy a whole GPU is, and what bounds its readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Load {
+    /// Percent, at most 100.
+    pub utilization: u8,
+    /// Board power limit, W; `None` when the product's is unknown.
+    pub power_limit: Option<u32>,
+}
+
+/// SM clock at rest, MHz.
+pub const SM_CLOCK_IDLE: u32 = 345;
+/// SM clock under load (the boost clock), MHz; nvidia-smi's `clocks.max.sm`.
+pub const SM_CLOCK_MAX: u32 = 1980;
+/// Memory clock, MHz: datacenter GPUs keep it at its maximum in P0, busy or not.
+pub const MEMORY_CLOCK: u32 = 2619;
+/// The XID a GPU that fell off the bus raises (`GPU has fallen off the bus`), as the NVML
+/// library's health events report it.
+pub const XID_FALLEN_OFF_THE_BUS: u32 = 79;
+/// PCIe traffic of a fully busy GPU, bytes per second, host to device (a tenth back).
+const PCIE_RX_AT_FULL_LOAD: f64 = 2.0e9;
+
+impl Load {
+    fn busy(&self) -> f64 {
+        f64::from(self.utilization.min(100)) / 100.0
+    }
+
+    /// Board power, W: a tenth of the limit idle, rising with utilization to the limit.
+    pub fn power_draw(&self) -> Option<f64> {
+        self.power_limit.map(|limit| {
+            let idle = f64::from(limit) * 0.1;
+            idle + (f64::from(limit) - idle) * self.busy()
+        })
+    }
+
+    /// GPU temperature, C: 30 idle, 75 at full load.
+    pub fn gpu_temperature(&self) -> u32 {
+        30 + u32::from(self.utilization.min(100)) * 45 / 100
+    }
+
+    /// Memory (HBM) temperature, C: a few degrees above the GPU's.
+    pub fn memory_temperature(&self) -> u32 {
+        self.gpu_temperature() + 3
+    }
+
+    /// SM clock, MHz: base idle, boost under load.
+    pub fn sm_clock(&self) -> u32 {
+        if self.utilization > 0 {
+            SM_CLOCK_MAX
+        } else {
+            SM_CLOCK_IDLE
+        }
+    }
+
+    /// Memory clock, MHz.
+    pub fn memory_clock(&self) -> u32 {
+        MEMORY_CLOCK
+    }
+
+    /// Memory-controller activity, percent (`utilization.memory`, `DCGM_FI_DEV_MEM_COPY_UTIL`):
+    /// two fifths of the GPU's.
+    pub fn memory_utilization(&self) -> u32 {
+        u32::from(self.utilization.min(100)) * 2 / 5
+    }
+
+    /// Share of cycles the tensor pipes are active: half the time the GPU is busy (training
+    /// kernels interleave tensor work with the rest).
+    pub fn tensor_active(&self) -> f64 {
+        self.busy() / 2.0
+    }
+
+    /// Share of cycles the memory interface is busy.
+    pub fn dram_active(&self) -> f64 {
+        f64::from(self.memory_utilization()) / 100.0
+    }
+
+    /// PCIe bytes per second received from the host.
+    pub fn pcie_rx_rate(&self) -> f64 {
+        PCIE_RX_AT_FULL_LOAD * self.busy()
+    }
+
+    /// PCIe bytes per second sent to the host.
+    pub fn pcie_tx_rate(&self) -> f64 {
+        self.pcie_rx_rate() / 10.0
+    }
+}
+
+/// The load of a partitioned GPU from its instances' utilization and framebuffer: each
+/// instance weighs its share of the memory.
+pub fn partitioned_utilization(instances: impl IntoIterator<Item = (u8, u64)>, memory: u64) -> u8 {
+    let weighted: u64 = instances
+        .into_iter()
+        .map(|(utilization, instance_memory)| u64::from(utilization.min(100)) * instance_memory)
+        .sum();
+    u8::try_from(weighted / memory.max(1))
+        .unwrap_or(100)
+        .min(100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_follow_the_load_within_the_product_s_bounds() {
+        let idle = Load {
+            utilization: 0,
+            power_limit: Some(700),
+        };
+        let busy = Load {
+            utilization: 100,
+            ..idle
+        };
+        assert_eq!(idle.power_draw(), Some(70.0));
+        assert_eq!(busy.power_draw(), Some(700.0));
+        assert_eq!((idle.gpu_temperature(), busy.gpu_temperature()), (30, 75));
+        assert!(busy.memory_temperature() > busy.gpu_temperature());
+        assert_eq!((idle.sm_clock(), busy.sm_clock()), (345, 1980));
+        assert_eq!(busy.memory_utilization(), 40);
+        assert_eq!(busy.dram_active(), 0.4);
+        assert_eq!(idle.pcie_rx_rate(), 0.0);
+        assert!(busy.pcie_tx_rate() < busy.pcie_rx_rate());
+        let unknown = Load {
+            power_limit: None,
+            ..busy
+        };
+        assert_eq!(unknown.power_draw(), None);
+    }
+
+    #[test]
+    fn a_partitioned_gpu_is_as_busy_as_its_instances_by_memory() {
+        // A busy half and an idle half.
+        assert_eq!(partitioned_utilization([(80, 40), (0, 40)], 80), 40);
+        assert_eq!(partitioned_utilization([], 80), 0);
+        assert_eq!(partitioned_utilization([(100, 80)], 0), 100);
+    }
+}
