@@ -1,6 +1,7 @@
 //! fakegpu-exporter against the test cluster, run as the bundle's `fakegpu-exporter`
 //! ServiceAccount, scraped by a real Prometheus: GPUs show their pods' utilization ranges,
-//! inference pods' request rates and framebuffer, with dcgm-exporter's names and labels.
+//! inference pods' request rates and framebuffer, with dcgm-exporter's names and labels, and
+//! NVIDIA's Grafana dashboard filled from them.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -147,7 +148,12 @@ async fn start_prometheus(address: &str, targets: &[&str]) -> anyhow::Result<Pro
 
 /// The value of the first series an instant query returns.
 fn query(prometheus: &str, promql: &str) -> Option<f64> {
-    let encoded: String = promql
+    query_series(prometheus, promql).first().map(|(_, v)| *v)
+}
+
+/// `promql` with `%`-escapes for a query string.
+fn encode_query(promql: &str) -> String {
+    promql
         .bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
@@ -155,13 +161,142 @@ fn query(prometheus: &str, promql: &str) -> Option<f64> {
             }
             _ => format!("%{b:02X}"),
         })
-        .collect();
-    let body = http_get(prometheus, &format!("/api/v1/query?query={encoded}")).ok()?;
-    let answer: serde_json::Value = serde_json::from_str(&body).ok()?;
-    answer["data"]["result"][0]["value"][1]
-        .as_str()?
-        .parse()
+        .collect()
+}
+
+/// Every series an instant query returns: (labels, value).
+fn query_series(prometheus: &str, promql: &str) -> Vec<(serde_json::Value, f64)> {
+    let path = format!("/api/v1/query?query={}", encode_query(promql));
+    let answer: serde_json::Value = http_get(prometheus, &path)
         .ok()
+        .and_then(|body| serde_json::from_str(&body).ok())
+        .unwrap_or_default();
+    answer["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|series| {
+            let value = series["value"][1].as_str()?.parse().ok()?;
+            Some((series["metric"].clone(), value))
+        })
+        .collect()
+}
+
+/// What Grafana's `label_values(metric, label)` lists.
+fn label_values(prometheus: &str, metric: &str, label: &str) -> Vec<String> {
+    let path = format!(
+        "/api/v1/label/{label}/values?match[]={}",
+        encode_query(metric)
+    );
+    let answer: serde_json::Value = http_get(prometheus, &path)
+        .ok()
+        .and_then(|body| serde_json::from_str(&body).ok())
+        .unwrap_or_default();
+    answer["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| Some(v.as_str()?.to_owned()))
+        .collect()
+}
+
+/// NVIDIA's Grafana dashboard for dcgm-exporter (`grafana/dcgm-exporter-dashboard.json` in
+/// NVIDIA/dcgm-exporter, grafana.com 12239): its variables, each `label_values` of a metric,
+/// and its eight panels' expressions, as facts.
+const DASHBOARD_VARIABLES: [(&str, &str); 2] = [
+    ("instance", "DCGM_FI_DEV_GPU_TEMP"),
+    ("gpu", "DCGM_FI_DEV_GPU_TEMP"),
+];
+const DASHBOARD_PANELS: [(&str, &str); 8] = [
+    (
+        "GPU Temperature",
+        r#"DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"}"#,
+    ),
+    (
+        "GPU Avg. Temp",
+        r#"avg(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"})"#,
+    ),
+    (
+        "GPU Power Usage",
+        r#"DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"}"#,
+    ),
+    (
+        "GPU Power Total",
+        r#"sum(DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"})"#,
+    ),
+    (
+        "GPU SM Clocks",
+        r#"DCGM_FI_DEV_SM_CLOCK{instance=~"$instance", gpu=~"$gpu"} * 1000000"#,
+    ),
+    (
+        "GPU Utilization",
+        r#"DCGM_FI_DEV_GPU_UTIL{instance=~"$instance", gpu=~"$gpu"}"#,
+    ),
+    (
+        "GPU Framebuffer Mem Used",
+        r#"DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}"#,
+    ),
+    (
+        "Tensor Core Utilization",
+        r#"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}"#,
+    ),
+];
+
+/// A multi-value variable as Grafana writes it into a regex matcher: `(a|b)`, each value's
+/// regex characters escaped, the escape doubled inside the PromQL string (`127\\.0`).
+fn regex_of(values: &[String]) -> String {
+    let escaped: Vec<String> = values
+        .iter()
+        .map(|v| {
+            v.chars()
+                .map(|c| {
+                    if "\\.+*?()|[]{}^$".contains(c) {
+                        format!("\\\\{c}")
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    format!("({})", escaped.join("|"))
+}
+
+/// Every variable of NVIDIA's dashboard resolves (to `busy_gpu`'s index among others), and
+/// with each set to All, every panel shows the busy pod's GPU busy. The panel values are what
+/// the exporter serves for that GPU now.
+fn nvidia_dashboard_is_filled(prometheus: &str, busy_index: &str) -> anyhow::Result<()> {
+    let mut all = Vec::new();
+    for (variable, metric) in DASHBOARD_VARIABLES {
+        let values = label_values(prometheus, metric, variable);
+        anyhow::ensure!(!values.is_empty(), "variable ${variable} lists nothing");
+        if variable == "gpu" {
+            anyhow::ensure!(
+                values.iter().any(|v| v == busy_index),
+                "variable $gpu lacks GPU {busy_index}: {values:?}"
+            );
+        }
+        all.push((format!("${variable}"), regex_of(&values)));
+    }
+    for (panel, expression) in DASHBOARD_PANELS {
+        let promql = all.iter().fold(expression.to_owned(), |e, (var, value)| {
+            e.replace(var, value)
+        });
+        let series = query_series(prometheus, &promql);
+        let busy = if promql.starts_with("avg(") || promql.starts_with("sum(") {
+            series.first().map(|(_, v)| *v)
+        } else {
+            series
+                .iter()
+                .find(|(labels, _)| labels["pod"] == "busy")
+                .map(|(_, v)| *v)
+        };
+        anyhow::ensure!(
+            busy.is_some_and(|v| v > 0.0),
+            "panel {panel:?} ({promql}) shows nothing for the busy GPU: {series:?}"
+        );
+    }
+    Ok(())
 }
 
 /// A scrape target like a Knative revision's queue-proxy plus kube-state-metrics: the request
@@ -334,6 +469,46 @@ async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
             },
         )
         .await?;
+
+        // NVIDIA's dashboard: every variable resolves and every panel shows the busy GPU.
+        let busy_index = text
+            .lines()
+            .find(|l| l.starts_with(dcgm::GPU_UTIL) && l.contains("pod=\"busy\""))
+            .and_then(|l| l.split("gpu=\"").nth(1)?.split('"').next())
+            .context("the busy pod's GPU index")?
+            .to_owned();
+        eventually("NVIDIA's dashboard filled", CONVERGE, || async {
+            Ok(nvidia_dashboard_is_filled(&prometheus.address, &busy_index).ok())
+        })
+        .await
+        .map_err(|error| {
+            let why = nvidia_dashboard_is_filled(&prometheus.address, &busy_index);
+            error.context(format!("{why:?}"))
+        })?;
+        // nvidia-smi in the pod reads the sensors the dashboard shows: one model.
+        let smi = nvidia_smi(
+            &exporter.address,
+            &node,
+            &busy_gpu,
+            &[
+                "--query-gpu=temperature.gpu,power.draw,clocks.sm,utilization.memory",
+                "--format=csv,noheader,nounits",
+            ],
+        )?;
+        let text = http_get(&exporter.address, "/metrics")?;
+        let busy_pod = [("pod", "busy")];
+        let series = |name| series_value(&text, name, &busy_pod).unwrap_or(f64::NAN);
+        let served = format!(
+            "{}, {:.2}, {}, {}\n",
+            series(dcgm::GPU_TEMP),
+            series(dcgm::POWER_USAGE),
+            series(dcgm::SM_CLOCK),
+            series(dcgm::MEM_COPY_UTIL),
+        );
+        anyhow::ensure!(
+            smi == served,
+            "nvidia-smi read {smi:?}, the exporter serves {served:?}"
+        );
 
         drop(prometheus);
         counter_task.abort();
