@@ -311,7 +311,7 @@ pub fn allocated_count(gpus: &[GpuTopology]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::BTreeSet, sync::Arc};
+    use std::collections::BTreeSet;
 
     use serde_json::json;
 
@@ -442,22 +442,9 @@ mod tests {
 
     #[test]
     fn pods_the_gpus_cannot_serve_are_reported() {
-        let claim: Arc<ResourceClaim> = Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
-                "status": {"allocation": {"devices": {"results": [{"request": "gpu",
-                    "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0"}]}}},
-            }))
-            .expect("claim"),
-        );
         let claimant = user(
-            &pod(
-                "claimant",
-                "2026-01-01T00:00:00Z",
-                json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}),
-            ),
-            &[claim],
+            &claimant("claimant", "2026-01-01T00:00:00Z", "gpu"),
+            &[claim(&[("n", "gpu-0")])],
         );
         let limits = json!({"spec": {"nodeName": "n", "containers": [{"name": "main",
             "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
@@ -526,22 +513,9 @@ mod tests {
             ),
             &[],
         );
-        let claim: Arc<ResourceClaim> = Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
-                "status": {"allocation": {"devices": {"results": [{"request": "mig",
-                    "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0-mig-3g40gb-9-0"}]}}},
-            }))
-            .expect("claim"),
-        );
         let claimant = user(
-            &pod(
-                "claimant",
-                "2026-01-01T00:00:02Z",
-                json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
-                "resourceClaims": [{"name": "mig", "resourceClaimName": "c"}]}}),
-            ),
-            &[claim],
+            &claimant("claimant", "2026-01-01T00:00:02Z", "mig"),
+            &[claim_for("mig", &[("n", "gpu-0-mig-3g40gb-9-0")])],
         );
         let mut topology = partitioned();
         assign(

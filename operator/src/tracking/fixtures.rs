@@ -51,11 +51,17 @@ pub fn asking(name: &str, created: &str, gpus: u32) -> Pod {
     )
 }
 
+/// Claim `c` of namespace `ns`, allocated `devices` (pool, device) for its request `gpu`.
 pub fn claim(devices: &[(&str, &str)]) -> Arc<ResourceClaim> {
+    claim_for("gpu", devices)
+}
+
+/// Claim `c` of namespace `ns`, allocated `devices` (pool, device) for its request `request`.
+pub fn claim_for(request: &str, devices: &[(&str, &str)]) -> Arc<ResourceClaim> {
     let results: Vec<_> = devices
         .iter()
         .map(|(pool, device)| {
-            json!({"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": device})
+            json!({"request": request, "driver": "gpu.nvidia.com", "pool": pool, "device": device})
         })
         .collect();
     Arc::new(
@@ -65,6 +71,16 @@ pub fn claim(devices: &[(&str, &str)]) -> Arc<ResourceClaim> {
             "status": {"allocation": {"devices": {"results": results}}},
         }))
         .expect("test claim"),
+    )
+}
+
+/// Pod `name` on node `n` whose container uses claim `c` under the name `request`.
+pub fn claimant(name: &str, created: &str, request: &str) -> Pod {
+    pod(
+        name,
+        created,
+        json!({"spec": {"nodeName": "n", "containers": [{"name": "main"}],
+            "resourceClaims": [{"name": request, "resourceClaimName": "c"}]}}),
     )
 }
 
