@@ -5,6 +5,7 @@ pub mod compute_domain;
 pub mod convert;
 pub mod crds;
 pub mod dra;
+pub mod faults;
 pub mod kubelet_devices;
 pub mod meta;
 pub mod names;

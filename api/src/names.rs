@@ -223,6 +223,10 @@ pub mod annotation {
     /// (`"0,3"`). The operator marks them `Unhealthy` in the topology document; the node
     /// agent's device plugin reports them so to the kubelet.
     pub const UNHEALTHY_GPUS: &str = "fakegpu.dev/unhealthy-gpus";
+    /// Node annotation set by users to inject GPU faults: a JSON list of
+    /// [`crate::faults::GpuFault`]s (`[{"gpus": [1], "xid": 48}]`), after the pool's
+    /// `spec.faults`. The operator records them in the topology document.
+    pub const GPU_FAULTS: &str = "fakegpu.dev/gpu-faults";
 
     /// Node annotation Run:ai writes to partition GPUs on demand (dynamic MIG): a YAML document
     /// in mig-parted's shape, `mig-configs.selected[]` with `devices` (GPU indices),
@@ -267,6 +271,10 @@ pub mod condition {
     /// allocatable: schedulers doing GPU fractions (Run:ai, KAI) wait for it. Written by the
     /// operator, only when no other controller owns a condition of this type.
     pub const GPU_FRACTIONING_READY: &str = "gpu-fractioning.nvidia.com/Ready";
+    /// Node condition (type), `True` while faults are injected into the node's GPUs (pool
+    /// `spec.faults` or the node's `fakegpu.dev/gpu-faults`), naming them; absent otherwise, as
+    /// node-problem-detector's problem conditions. Also the reason of the node's Warning Event.
+    pub const GPU_FAULT: &str = "fakegpu.dev/GpuFault";
 }
 
 /// Names fakegpu itself puts on objects.
@@ -411,6 +419,16 @@ pub mod dcgm {
     pub const PCIE_TX_BYTES: &str = "DCGM_FI_PROF_PCIE_TX_BYTES";
     /// Gauge, bytes per second: PCIe received.
     pub const PCIE_RX_BYTES: &str = "DCGM_FI_PROF_PCIE_RX_BYTES";
+    // ECC counters: commented out in dcgm-exporter's default file, enabled where GPU memory
+    // errors are alerted on.
+    /// Counter: single-bit (correctable) ECC errors since the driver loaded.
+    pub const ECC_SBE_VOL_TOTAL: &str = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL";
+    /// Counter: double-bit (uncorrectable) ECC errors since the driver loaded.
+    pub const ECC_DBE_VOL_TOTAL: &str = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL";
+    /// Counter: single-bit ECC errors over the GPU's life.
+    pub const ECC_SBE_AGG_TOTAL: &str = "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL";
+    /// Counter: double-bit ECC errors over the GPU's life.
+    pub const ECC_DBE_AGG_TOTAL: &str = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL";
     /// Label names, in dcgm-exporter's order. The hostname label is `Hostname` in released
     /// dcgm-exporter images (`hostname` at its repository head); see the exporter's settings.
     pub const LABELS: [&str; 10] = [

@@ -14,6 +14,8 @@ pub struct Load {
     pub utilization: u8,
     /// Board power limit, W; `None` when the product's is unknown.
     pub power_limit: Option<u32>,
+    /// An injected thermal fault: the GPU runs hot and clocks down.
+    pub thermal_throttling: bool,
 }
 
 /// SM clock at rest, MHz.
@@ -25,6 +27,8 @@ pub const MEMORY_CLOCK: u32 = 2619;
 /// The XID a GPU that fell off the bus raises (`GPU has fallen off the bus`), as the NVML
 /// library's health events report it.
 pub const XID_FALLEN_OFF_THE_BUS: u32 = 79;
+/// Temperature of a thermally throttled GPU, C: where datacenter GPUs slow down.
+pub const THROTTLED_TEMPERATURE: u32 = 90;
 /// PCIe traffic of a fully busy GPU, bytes per second, host to device (a tenth back).
 const PCIE_RX_AT_FULL_LOAD: f64 = 2.0e9;
 
@@ -41,8 +45,11 @@ impl Load {
         })
     }
 
-    /// GPU temperature, C: 30 idle, 75 at full load.
+    /// GPU temperature, C: 30 idle, 75 at full load, 90 when thermally throttled.
     pub fn gpu_temperature(&self) -> u32 {
+        if self.thermal_throttling {
+            return THROTTLED_TEMPERATURE;
+        }
         30 + u32::from(self.utilization.min(100)) * 45 / 100
     }
 
@@ -51,12 +58,13 @@ impl Load {
         self.gpu_temperature() + 3
     }
 
-    /// SM clock, MHz: base idle, boost under load.
+    /// SM clock, MHz: base idle, boost under load, half the boost at most when thermally
+    /// throttled.
     pub fn sm_clock(&self) -> u32 {
-        if self.utilization > 0 {
-            SM_CLOCK_MAX
-        } else {
-            SM_CLOCK_IDLE
+        match (self.utilization > 0, self.thermal_throttling) {
+            (false, _) => SM_CLOCK_IDLE,
+            (true, false) => SM_CLOCK_MAX,
+            (true, true) => SM_CLOCK_MAX / 2,
         }
     }
 
@@ -114,6 +122,7 @@ mod tests {
         let idle = Load {
             utilization: 0,
             power_limit: Some(700),
+            thermal_throttling: false,
         };
         let busy = Load {
             utilization: 100,
@@ -133,6 +142,11 @@ mod tests {
             ..busy
         };
         assert_eq!(unknown.power_draw(), None);
+        let hot = Load {
+            thermal_throttling: true,
+            ..busy
+        };
+        assert_eq!((hot.gpu_temperature(), hot.sm_clock()), (90, 990));
     }
 
     #[test]

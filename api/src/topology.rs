@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::profiles::MIG_MEMORY_SLICES;
+use crate::{faults::GpuFaults, profiles::MIG_MEMORY_SLICES};
 
 /// Format version written by this build. Readers accept documents of the same version and
 /// refuse newer ones with a clear error instead of misreading them.
@@ -84,6 +84,9 @@ pub struct GpuTopology {
     /// allocatable count. Omitted when healthy, as documents before it were.
     #[serde(default, skip_serializing_if = "Health::is_healthy")]
     pub health: Health,
+    /// Faults injected into the GPU; omitted when none.
+    #[serde(default, skip_serializing_if = "GpuFaults::is_empty")]
+    pub faults: GpuFaults,
     /// MIG instances, when the pool partitions this GPU; empty: the GPU is whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_devices: Vec<MigDevice>,

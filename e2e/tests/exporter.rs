@@ -9,12 +9,16 @@ use std::{
 };
 
 use anyhow::Context;
-use fakegpu_api::names::{annotation, container_env, dcgm, label, metric};
+use fakegpu_api::names::{annotation, condition, container_env, dcgm, label, metric, resource};
 use fakegpu_e2e::{
-    create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod, unique_name,
+    annotate_node, create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod,
+    unique_name, warning_event,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, api::PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
 use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(90);
@@ -537,6 +541,125 @@ async fn utilization_and_memory_through_prometheus() -> anyhow::Result<()> {
             "both GPUs are held; no GPU of the node should be free:\n{text}"
         );
         Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// The node's allocatable `nvidia.com/gpu` and its `fakegpu.dev/GpuFault` condition (status,
+/// message), as the API server has them.
+async fn gpus_and_fault(
+    client: &kube::Client,
+    node: &str,
+) -> anyhow::Result<(Option<String>, Option<(String, String)>)> {
+    let status = Api::<Node>::all(client.clone())
+        .get(node)
+        .await?
+        .status
+        .unwrap_or_default();
+    let allocatable = status
+        .allocatable
+        .and_then(|a| a.get(resource::GPU).map(|q| q.0.clone()));
+    let fault = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == condition::GPU_FAULT)
+        .map(|c| (c.status, c.message.unwrap_or_default()));
+    Ok((allocatable, fault))
+}
+
+#[tokio::test]
+async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
+    let (client, pool, node, _namespace, cleanup) = kwok_scenario("faults").await?;
+    let result = async {
+        // The pool injects XID 48 (double-bit ECC: out of service) into GPU 1 of its nodes.
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "h100", "count": 4}, "faults": [{"gpus": [1], "xid": 48}]}),
+        )
+        .await?;
+        eventually("GPU 1 out of allocatable, the node's condition says why", CONVERGE, || async {
+            let (gpus, fault) = gpus_and_fault(&client, &node).await?;
+            Ok((gpus.as_deref() == Some("3")
+                && fault.is_some_and(|(status, message)| {
+                    status == "True" && message == "GPU 1: XID 48 (out of service)"
+                }))
+            .then_some(()))
+        })
+        .await?;
+        warning_event(&client, &node, "GpuFault", "GPU 1: XID 48", CONVERGE).await?;
+        // The node adds uncorrectable ECC errors on GPU 2 and throttles GPU 3.
+        let faults = r#"[{"gpus": [2], "eccUncorrectable": 2, "eccCorrectable": 5},
+            {"gpus": [3], "thermalThrottling": true}]"#;
+        annotate_node(&client, &node, annotation::GPU_FAULTS, Some(faults)).await?;
+        eventually("GPU 2 out too", CONVERGE, || async {
+            let (gpus, _) = gpus_and_fault(&client, &node).await?;
+            Ok((gpus.as_deref() == Some("2")).then_some(()))
+        })
+        .await?;
+        // The exporter and nvidia-smi show each GPU's fault where real hardware shows it.
+        let exporter = start_exporter("127.0.0.1:1")?;
+        let host = [(dcgm::LABELS[dcgm::HOSTNAME_LABEL], node.as_str())];
+        let on = |gpu: &'static str| [host[0], ("gpu", gpu)];
+        eventually("the faults in the exporter's series", CONVERGE, || async {
+            let text = http_get(&exporter.address, "/metrics").unwrap_or_default();
+            let value = |metric, gpu| series_value(&text, metric, &on(gpu));
+            Ok((value(dcgm::XID_ERRORS, "1") == Some(48.0)
+                && value(dcgm::XID_ERRORS, "0") == Some(0.0)
+                && value(dcgm::ECC_DBE_VOL_TOTAL, "2") == Some(2.0)
+                && value(dcgm::ECC_SBE_VOL_TOTAL, "2") == Some(5.0)
+                && value(dcgm::GPU_TEMP, "3") == Some(90.0))
+            .then_some(()))
+        })
+        .await?;
+        let text = http_get(&exporter.address, "/metrics")?;
+        let gpu_two = text
+            .lines()
+            .find(|l| l.starts_with(dcgm::XID_ERRORS) && l.contains(&format!("Hostname=\"{node}\"")) && l.contains("gpu=\"2\""))
+            .and_then(|l| l.split("UUID=\"").nth(1)?.split('"').next())
+            .context("GPU 2's UUID")?
+            .to_owned();
+        let smi = nvidia_smi(
+            &exporter.address,
+            &node,
+            &gpu_two,
+            &[
+                "--query-gpu=ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total",
+                "--format=csv,noheader",
+            ],
+        )?;
+        anyhow::ensure!(smi == "2, 5\n", "nvidia-smi read {smi:?}");
+        // A malformed annotation is said, and the pool's fault stays.
+        annotate_node(&client, &node, annotation::GPU_FAULTS, Some(r#"[{"gpu": [0], "xid": 79}]"#))
+            .await?;
+        warning_event(&client, &node, "InvalidGpuFaults", "unknown field \"gpu\"", CONVERGE)
+            .await?;
+        eventually("only the pool's fault left", CONVERGE, || async {
+            let (gpus, fault) = gpus_and_fault(&client, &node).await?;
+            Ok((gpus.as_deref() == Some("3")
+                && fault.is_some_and(|(_, m)| m == "GPU 1: XID 48 (out of service)"))
+            .then_some(()))
+        })
+        .await?;
+        // Cleared: every GPU back, no condition, XID 0.
+        annotate_node(&client, &node, annotation::GPU_FAULTS, None).await?;
+        Api::<fakegpu_api::GpuNodePool>::all(client.clone())
+            .patch(
+                &pool,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"faults": null}})),
+            )
+            .await?;
+        eventually("all GPUs back, no fault condition", CONVERGE, || async {
+            let (gpus, fault) = gpus_and_fault(&client, &node).await?;
+            let text = http_get(&exporter.address, "/metrics").unwrap_or_default();
+            let xid = series_value(&text, dcgm::XID_ERRORS, &on("1"));
+            Ok((gpus.as_deref() == Some("4") && fault.is_none() && xid == Some(0.0))
+                .then_some(()))
+        })
+        .await
     }
     .await;
     cleanup.after(result).await

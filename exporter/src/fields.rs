@@ -1,6 +1,6 @@
 //! The DCGM fields the exporter serves: dcgm-exporter's default counters, in the order, with
-//! the types and HELP texts of its `default-counters.csv` (4.8), and what each reads of a
-//! sample. Readings of the device (clocks, temperatures, power, PCIe) come from
+//! the types and HELP texts of its `default-counters.csv` (4.8), then its ECC counters, and
+//! what each reads of a sample. Readings of the device (clocks, temperatures, power, PCIe) come from
 //! [`fakegpu_api::telemetry`], the model nvidia-smi shows too.
 
 use fakegpu_api::{names::dcgm, telemetry::Load};
@@ -76,7 +76,9 @@ fn zero(_: &GpuSample) -> f64 {
     0.0
 }
 
-pub const FIELDS: [Field; 25] = [
+/// dcgm-exporter's default counters, then the ECC counters its file lists commented out, which
+/// alerts on GPU memory errors enable and fault injection fills.
+pub const FIELDS: [Field; 29] = [
     field(
         dcgm::SM_CLOCK,
         Gauge,
@@ -247,5 +249,33 @@ pub const FIELDS: [Field; 25] = [
         "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
         Every,
         |s| own(s).pcie_rx_rate(),
+    ),
+    field(
+        dcgm::ECC_SBE_VOL_TOTAL,
+        Counter,
+        "Total number of single-bit volatile ECC errors.",
+        Every,
+        |s| s.ecc_correctable as f64,
+    ),
+    field(
+        dcgm::ECC_DBE_VOL_TOTAL,
+        Counter,
+        "Total number of double-bit volatile ECC errors.",
+        Every,
+        |s| s.ecc_uncorrectable as f64,
+    ),
+    field(
+        dcgm::ECC_SBE_AGG_TOTAL,
+        Counter,
+        "Total number of single-bit persistent ECC errors.",
+        Every,
+        |s| s.ecc_correctable as f64,
+    ),
+    field(
+        dcgm::ECC_DBE_AGG_TOTAL,
+        Counter,
+        "Total number of double-bit persistent ECC errors.",
+        Every,
+        |s| s.ecc_uncorrectable as f64,
     ),
 ];

@@ -38,8 +38,12 @@ pub struct GpuSample {
     pub fb_free: f64,
     /// How busy the whole GPU is (a MIG GPU: its instances together), for its sensors.
     pub device: Load,
-    /// The last XID error of the GPU; 0 while it is healthy.
+    /// The last XID error of the GPU: the injected one, 79 for a GPU marked unhealthy without
+    /// one, else 0.
     pub last_xid: u32,
+    /// ECC errors of the GPU since the driver loaded (injected).
+    pub ecc_correctable: u64,
+    pub ecc_uncorrectable: u64,
     /// The GPU's energy counter, mJ (see [`Energy`]); 0 until a scrape reads it.
     pub energy_mj: f64,
 }
@@ -109,12 +113,15 @@ fn sample(
         device: Load {
             utilization: u8::try_from(utilization.min(100)).unwrap_or(100),
             power_limit: (document.power_limit_watts > 0).then_some(document.power_limit_watts),
+            thermal_throttling: gpu.faults.thermal_throttling,
         },
-        last_xid: if gpu.health.is_healthy() {
-            0
-        } else {
-            telemetry::XID_FALLEN_OFF_THE_BUS
+        last_xid: match gpu.faults.xid {
+            Some(xid) => xid,
+            None if gpu.health.is_healthy() => 0,
+            None => telemetry::XID_FALLEN_OFF_THE_BUS,
         },
+        ecc_correctable: gpu.faults.ecc_correctable,
+        ecc_uncorrectable: gpu.faults.ecc_uncorrectable,
         energy_mj: 0.0,
     }
 }
@@ -589,6 +596,7 @@ mod tests {
         let load = Load {
             utilization: 40,
             power_limit: Some(700),
+            thermal_throttling: false,
         };
         assert_eq!(
             value(&text, dcgm::POWER_USAGE, busy),

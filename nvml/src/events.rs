@@ -42,28 +42,33 @@ impl Registrations {
     }
 
     /// The next fault `machine` (the document as it reads now) shows that this set has not been
-    /// told of; GPUs that are healthy again are forgotten, so a new fault is told again.
+    /// told of: the GPU's injected XID, or XID 79 for a GPU marked unhealthy without one. GPUs
+    /// without a fault any more are forgotten, so a new fault is told again.
     pub fn next_fault(&mut self, machine: &Machine) -> Option<Fault> {
-        let unhealthy: BTreeSet<&str> = machine
+        let faulty: BTreeMap<&str, u64> = machine
             .devices
             .iter()
-            .filter(|d| !d.healthy)
-            .map(|d| d.uuid.as_str())
+            .filter(|d| !d.healthy || d.xid.is_some())
+            .map(|d| {
+                let xid = d.xid.map_or(XID_FALLEN_OFF_THE_BUS, u64::from);
+                (d.uuid.as_str(), xid)
+            })
             .collect();
         self.reported
-            .retain(|uuid| unhealthy.contains(uuid.as_str()));
-        let uuid = self
+            .retain(|uuid| faulty.contains_key(uuid.as_str()));
+        let (uuid, xid) = self
             .registered
             .iter()
             .filter(|(_, types)| *types & XID_CRITICAL_ERROR != 0)
-            .map(|(uuid, _)| uuid)
-            .find(|uuid| unhealthy.contains(uuid.as_str()) && !self.reported.contains(*uuid))?
-            .clone();
+            .find_map(|(uuid, _)| {
+                let xid = faulty.get(uuid.as_str())?;
+                (!self.reported.contains(uuid)).then(|| (uuid.clone(), *xid))
+            })?;
         self.reported.insert(uuid.clone());
         Some(Fault {
             uuid,
             event_type: XID_CRITICAL_ERROR,
-            xid: XID_FALLEN_OFF_THE_BUS,
+            xid,
         })
     }
 }
@@ -118,5 +123,14 @@ mod tests {
             set.next_fault(&machine(&[1])).map(|f| f.uuid).as_deref(),
             Some("GPU-1")
         );
+    }
+
+    #[test]
+    fn an_injected_xid_is_reported_as_it_is_even_on_a_healthy_gpu() {
+        let mut set = Registrations::default();
+        set.register("GPU-0", XID_CRITICAL_ERROR);
+        let mut machine = machine(&[]);
+        machine.devices[0].xid = Some(13);
+        assert_eq!(set.next_fault(&machine).map(|f| f.xid), Some(13));
     }
 }

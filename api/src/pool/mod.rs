@@ -102,6 +102,14 @@ pub struct GpuNodePoolSpec {
     #[x_kube(merge_strategy = kube::core::cel::ListMerge::Map(vec!["name".into()]))]
     #[validate(length(max = 16), nested)]
     pub other_resources: Vec<OtherResource>,
+
+    /// Faults injected into the GPUs of every node of the pool (XID errors, ECC errors,
+    /// thermal throttling), shown where real faults show: dcgm-exporter's series, nvidia-smi,
+    /// the device plugin's health, a node condition and an Event. A node's
+    /// `fakegpu.dev/gpu-faults` annotation adds its own after these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[validate(length(max = 16), nested)]
+    pub faults: Vec<crate::faults::GpuFault>,
 }
 
 /// How GPUs are simulated.

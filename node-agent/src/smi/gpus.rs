@@ -2,6 +2,7 @@
 //! (pure, so every layout is tested without a cluster).
 
 use fakegpu_api::{
+    faults::GpuFaults,
     names::container_env,
     profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
     report::NodeReport,
@@ -89,6 +90,8 @@ pub struct Gpu {
     /// The GPU's MIG instances the container sees (all of them unless it was given some).
     pub mig_devices: Vec<MigInstance>,
     pub processes: Vec<Process>,
+    /// Faults injected into the GPU (ECC counts, thermal throttling, XID).
+    pub faults: GpuFaults,
 }
 
 /// A MIG instance as nvidia-smi lists it.
@@ -114,6 +117,7 @@ impl Gpu {
         Load {
             utilization: self.utilization,
             power_limit: self.power_limit,
+            thermal_throttling: self.faults.thermal_throttling,
         }
     }
 
@@ -359,6 +363,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                     .iter()
                     .map(|(part, uid, u)| process(env, gpu, part, uid, u))
                     .collect(),
+                faults: gpu.faults.clone(),
             }
         })
         .collect();

@@ -124,10 +124,31 @@ fn gpu_field(field: &str, gpu: &Gpu, machine: &Machine) -> Option<(&'static str,
         "display_active" => ("display_active", plain("Disabled")),
         "compute_mode" => ("compute_mode", plain("Default")),
         "ecc.mode.current" => ("ecc.mode.current", plain("Enabled")),
-        "ecc.errors.corrected.volatile.total" => ("ecc.errors.corrected.volatile.total", plain(0)),
-        "ecc.errors.uncorrected.volatile.total" => {
-            ("ecc.errors.uncorrected.volatile.total", plain(0))
-        }
+        "ecc.errors.corrected.volatile.total" => (
+            "ecc.errors.corrected.volatile.total",
+            plain(gpu.faults.ecc_correctable),
+        ),
+        "ecc.errors.uncorrected.volatile.total" => (
+            "ecc.errors.uncorrected.volatile.total",
+            plain(gpu.faults.ecc_uncorrectable),
+        ),
+        "ecc.errors.corrected.aggregate.total" => (
+            "ecc.errors.corrected.aggregate.total",
+            plain(gpu.faults.ecc_correctable),
+        ),
+        "ecc.errors.uncorrected.aggregate.total" => (
+            "ecc.errors.uncorrected.aggregate.total",
+            plain(gpu.faults.ecc_uncorrectable),
+        ),
+        "clocks_event_reasons.hw_thermal_slowdown"
+        | "clocks_throttle_reasons.hw_thermal_slowdown" => (
+            "clocks_event_reasons.hw_thermal_slowdown",
+            plain(if gpu.faults.thermal_throttling {
+                "Active"
+            } else {
+                "Not Active"
+            }),
+        ),
         "serial" | "gpu_serial" => ("serial", plain(serial(&gpu.uuid))),
         "vbios_version" => ("vbios_version", plain("96.00.89.00.01")),
         _ => return None,

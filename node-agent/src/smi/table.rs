@@ -115,9 +115,12 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
     // A partitioned GPU shows no utilization of its own, and `On` where the ECC count stands.
     let partitioned = !gpu.mig_devices.is_empty();
     let (ecc, utilization) = if partitioned {
-        ("On ", "N/A".to_owned())
+        ("On ".to_owned(), "N/A".to_owned())
     } else {
-        ("0 ", format!("{}%", gpu.utilization))
+        (
+            format!("{} ", gpu.faults.ecc_uncorrectable),
+            format!("{}%", gpu.utilization),
+        )
     };
     let power = match (gpu.power_draw(), gpu.power_limit) {
         (Some(draw), Some(limit)) => format!("{:>3.0}W / {limit:>4}W", draw.round()),
@@ -138,7 +141,7 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
                 "On"
             ),
             &format!("{} Off ", gpu.bus_id),
-            ecc,
+            &ecc,
         ),
         layout.row(
             &format!(
@@ -353,6 +356,7 @@ mod tests {
                     name: "/usr/lib/a/very/long/path/to/some/python/interpreter/python3".into(),
                     used_memory: 1234,
                 }],
+                faults: Default::default(),
             }],
         }
     }
@@ -379,6 +383,24 @@ mod tests {
                     "| N/A   75C    P0           1000W / 1000W |    1234MiB / 183359MiB |    100%      Default |"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn injected_faults_show_in_the_ecc_column_and_the_temperature() {
+        let mut machine = machine("550.163.01", "NVIDIA H100 80GB HBM3");
+        machine.gpus[0].faults = fakegpu_api::faults::GpuFaults {
+            ecc_uncorrectable: 2,
+            thermal_throttling: true,
+            ..Default::default()
+        };
+        let text = table(&machine, "date");
+        let row = text.lines().find(|l| l.starts_with("|   0")).unwrap();
+        assert!(row.ends_with("|                    2 |"), "{row}");
+        let sensors = text.lines().find(|l| l.contains("MiB /")).unwrap();
+        assert!(sensors.starts_with("| N/A   90C    P0"), "{sensors}");
+        for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
+            assert_eq!(line.chars().count(), 91, "{line:?}");
         }
     }
 

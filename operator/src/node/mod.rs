@@ -4,6 +4,7 @@
 //! no pool does.
 
 pub mod dynamic_mig;
+pub mod faults;
 pub mod labels;
 pub mod leaving;
 pub mod nrt;
@@ -15,6 +16,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use fakegpu_api::{
     GpuNodePool,
+    faults::GpuFault,
     kubelet_devices::KubeletDevices,
     names::{annotation, condition, fakegpu::POOL_LABEL},
     nrt::NodeResourceTopology,
@@ -74,7 +76,10 @@ impl Trim for Node {
                 conditions: status.conditions.take().map(|conditions| {
                     conditions
                         .into_iter()
-                        .filter(|c| c.type_ == condition::GPU_FRACTIONING_READY)
+                        .filter(|c| {
+                            [condition::GPU_FRACTIONING_READY, condition::GPU_FAULT]
+                                .contains(&c.type_.as_str())
+                        })
                         .collect()
                 }),
                 ..Default::default()
@@ -122,8 +127,9 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
                 .pods_by_node
                 .pods_on(&node.name_any(), &ctx.caches.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
+            let (declared_faults, bad_faults) = faults::declared(&pool, &node);
             let (topology, users, overbooked) =
-                desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes);
+                desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes, &declared_faults);
             // Before the document is written: its change brings the pool's status here.
             note_overbooking(&ctx, &node.name_any(), &overbooked);
             ensure_node(&ctx, &node, &pool, &gpu, &topology, answer).await?;
@@ -135,6 +141,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
             report_malformed_utilization(&ctx, &node.name_any()).await;
             report_malformed_unhealthy(&ctx, &node, gpu.count).await;
             report_overbooking(&ctx, &node, &overbooked).await;
+            faults::report(&ctx, &node, &topology, bad_faults.as_deref()).await;
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
         // must not strip GPUs from nodes that run workloads.
@@ -177,6 +184,7 @@ async fn ensure_node(
         labels,
         annotations: mig_answer.annotations,
         fractioning: status::desired_fractioning(node, pool, &allocatable, &now),
+        fault: faults::desired_condition(node, topology, &now),
         resources,
         unhealthy_gpus,
     };
@@ -260,8 +268,8 @@ async fn report_malformed_unhealthy(ctx: &Context, node: &CachedNode, count: u32
         .await;
 }
 
-/// The node's document: the pool's GPUs, with the pods that hold them now (returned too), and
-/// the pods the GPUs could not serve as asked.
+/// The node's document: the pool's GPUs with the faults `faults` declares, with the pods that
+/// hold them now (returned too), and the pods the GPUs could not serve as asked.
 fn desired_topology(
     ctx: &Context,
     node: &CachedNode,
@@ -269,6 +277,7 @@ fn desired_topology(
     gpu: &ResolvedGpu,
     pods: &[Arc<Pod>],
     priority_classes: &HashMap<PodGroupKey, String>,
+    faults: &[GpuFault],
 ) -> (
     NodeTopology,
     Vec<tracking::GpuUser>,
@@ -279,7 +288,16 @@ fn desired_topology(
     let previous =
         cached_configmap(ctx, &name).and_then(|cm| NodeTopology::from_configmap(cm.trimmed()).ok());
     let (unhealthy, _) = unhealthy_gpus(node, gpu.count);
-    let mut document = topology::desired_topology(pool, gpu, &name, previous.as_ref(), &unhealthy);
+    let mut document = topology::desired_topology(
+        pool,
+        gpu,
+        &name,
+        previous.as_ref(),
+        &topology::Failing {
+            unhealthy: &unhealthy,
+            faults,
+        },
+    );
     let default = pool
         .spec
         .utilization

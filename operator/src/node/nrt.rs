@@ -189,7 +189,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{node::topology::desired_topology, testing::pool};
+    use crate::{
+        node::topology::{Failing, desired_topology},
+        testing::pool,
+    };
 
     fn node() -> CachedNode {
         crate::cache::Cached::new(
@@ -202,7 +205,7 @@ mod tests {
     fn nrt(spec: serde_json::Value, busy: &[usize]) -> Option<NodeResourceTopology> {
         let pool = pool("p", 0, spec);
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut topology = desired_topology(&pool, &gpu, "n", None, &[]);
+        let mut topology = desired_topology(&pool, &gpu, "n", None, &Failing::default());
         for index in busy {
             topology.gpus[*index].status.allocated_by.pod = "busy".into();
         }

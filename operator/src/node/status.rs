@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     GpuNodePool,
     names::{
-        condition::GPU_FRACTIONING_READY,
+        condition::{GPU_FAULT, GPU_FRACTIONING_READY},
         resource::{self, mig_resource},
     },
     pool::{Backend, MigStrategy, resolve::ResolvedGpu},
@@ -40,6 +40,8 @@ pub struct NodeIntent {
     /// devices.
     pub unhealthy_gpus: u32,
     pub fractioning: Option<NodeCondition>,
+    /// The `fakegpu.dev/GpuFault` condition while faults are injected (see [`super::faults`]).
+    pub fault: Option<NodeCondition>,
 }
 
 impl NodeIntent {
@@ -51,10 +53,17 @@ impl NodeIntent {
     /// The intent without its timestamps: what two computations of the same intent share.
     pub fn timeless(&self) -> Self {
         let mut intent = self.clone();
-        if let Some(condition) = &mut intent.fractioning {
+        for condition in [&mut intent.fractioning, &mut intent.fault]
+            .into_iter()
+            .flatten()
+        {
             condition.last_transition_time = None;
         }
         intent
+    }
+
+    fn conditions(&self) -> Vec<&NodeCondition> {
+        self.fractioning.iter().chain(&self.fault).collect()
     }
 }
 
@@ -129,7 +138,10 @@ fn allocatable_gpus(resources: Option<&BTreeMap<String, Quantity>>) -> bool {
         .is_some_and(|count| count > 0)
 }
 
-fn current_condition<'a>(node: &'a CachedNode, type_: &str) -> Option<&'a NodeCondition> {
+pub(super) fn current_condition<'a>(
+    node: &'a CachedNode,
+    type_: &str,
+) -> Option<&'a NodeCondition> {
     node.trimmed()
         .status
         .as_ref()
@@ -252,17 +264,19 @@ pub fn status_current(node: &CachedNode, intent: &NodeIntent) -> bool {
         let allocatable = status.and_then(|s| s.allocatable.as_ref()?.get(name));
         capacity == Some(value) && allocatable == wanted_allocatable.get(name)
     });
-    let condition_matches = match &intent.fractioning {
+    let condition_matches = |type_: &str, wanted: &Option<NodeCondition>| match wanted {
         Some(wanted) => {
-            owns_condition(node, GPU_FRACTIONING_READY)
-                && current_condition(node, GPU_FRACTIONING_READY).is_some_and(|c| {
+            owns_condition(node, type_)
+                && current_condition(node, type_).is_some_and(|c| {
                     (&c.status, &c.reason, &c.message)
                         == (&wanted.status, &wanted.reason, &wanted.message)
                 })
         }
-        None => !owns_condition(node, GPU_FRACTIONING_READY),
+        None => !owns_condition(node, type_),
     };
-    values_match && condition_matches
+    values_match
+        && condition_matches(GPU_FRACTIONING_READY, &intent.fractioning)
+        && condition_matches(GPU_FAULT, &intent.fault)
 }
 
 /// Whether the node already is what fakegpu wants of it: labels and status entries.
@@ -301,7 +315,7 @@ pub fn node_patch(node: &str, intent: &NodeIntent) -> serde_json::Value {
         "status": {
             "capacity": intent.resources,
             "allocatable": intent.allocatable(),
-            "conditions": intent.fractioning.iter().collect::<Vec<_>>(),
+            "conditions": intent.conditions(),
         },
     });
     // Most nodes have none; an empty map would only add an entry to the managed fields.
@@ -530,6 +544,7 @@ mod tests {
             ]),
             unhealthy_gpus: 3,
             fractioning: None,
+            fault: None,
             annotations: BTreeMap::new(),
         };
         let patch = node_patch("n", &intent);

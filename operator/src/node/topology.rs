@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use fakegpu_api::{
+    faults::{GpuFault, GpuFaults},
     meta,
     names::{annotation, fakegpu::POOL_LABEL, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
@@ -46,14 +47,24 @@ pub fn numa_zones(numa: &NumaSpec, gpus: u32) -> Vec<u32> {
     placement
 }
 
+/// What the user says fails on a node: GPUs marked unhealthy, and injected faults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Failing<'a> {
+    /// Indices from `fakegpu.dev/unhealthy-gpus`.
+    pub unhealthy: &'a [u32],
+    /// The pool's and the node's fault declarations, in order.
+    pub faults: &'a [GpuFault],
+}
+
 /// The topology of `node` as `pool` wants it. GPU usage already recorded in `previous` (by pod
-/// tracking) is kept for GPUs that still exist.
+/// tracking) is kept for GPUs that still exist. A GPU marked unhealthy, or with a fault that
+/// takes it out of service, is `Unhealthy`.
 pub fn desired_topology(
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     node: &str,
     previous: Option<&NodeTopology>,
-    unhealthy: &[u32],
+    failing: &Failing<'_>,
 ) -> NodeTopology {
     let zones = pool
         .spec
@@ -89,6 +100,7 @@ pub fn desired_topology(
                     ..MigDevice::new(uuid, instance.profile, instance.placement_start)
                 })
                 .collect();
+            let faults = GpuFaults::of(index, failing.faults);
             GpuTopology {
                 numa_node,
                 mig_devices,
@@ -96,11 +108,12 @@ pub fn desired_topology(
                 index,
                 pci_bus_id,
                 pcie_root,
-                health: if unhealthy.contains(&index) {
+                health: if failing.unhealthy.contains(&index) || faults.out_of_service() {
                     Health::Unhealthy
                 } else {
                     Health::Healthy
                 },
+                faults,
                 status,
             }
         })
@@ -230,7 +243,7 @@ mod tests {
         let pool = pool(json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2},
             "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let document = desired_topology(&pool, &gpu, "node-1", None, &[]);
+        let document = desired_topology(&pool, &gpu, "node-1", None, &Failing::default());
         assert_eq!(document.gpus.len(), 8);
         assert_eq!(document.gpus[5].id, gpu_uuid("node-1", 5));
         assert_eq!(document.gpus[5].numa_node, Some(1));
@@ -256,8 +269,15 @@ mod tests {
         );
         assert_eq!(document.other_devices[0].name, "nvidia.com/hostdev");
         assert_eq!(document.mig_strategy, "none");
-        assert_eq!(document, desired_topology(&pool, &gpu, "node-1", None, &[]));
-        let failed = desired_topology(&pool, &gpu, "node-1", None, &[1]);
+        assert_eq!(
+            document,
+            desired_topology(&pool, &gpu, "node-1", None, &Failing::default())
+        );
+        let failing = Failing {
+            unhealthy: &[1],
+            ..Failing::default()
+        };
+        let failed = desired_topology(&pool, &gpu, "node-1", None, &failing);
         let health: Vec<_> = failed.gpus.iter().map(|g| g.health).collect();
         assert_eq!(health[1], Health::Unhealthy);
         assert_eq!(
@@ -265,15 +285,34 @@ mod tests {
             health.len() - 1
         );
         assert!(!failed.to_yaml().expect("yaml").contains("health: Healthy"));
+        // An application's XID leaves its GPU in service; an ECC error does not.
+        let faults = fakegpu_api::faults::parse_annotation(
+            r#"[{"gpus": [0], "xid": 13}, {"gpus": [2], "eccUncorrectable": 1}]"#,
+        )
+        .expect("valid");
+        let faulty = desired_topology(
+            &pool,
+            &gpu,
+            "node-1",
+            None,
+            &Failing {
+                faults: &faults,
+                ..Failing::default()
+            },
+        );
+        let health: Vec<_> = faulty.gpus.iter().map(|g| g.health.is_healthy()).collect();
+        assert_eq!(health[..3], [true, true, false]);
+        assert_eq!(faulty.gpus[0].faults.xid, Some(13));
+        assert!(faulty.gpus[1].faults.is_empty());
     }
 
     #[test]
     fn usage_recorded_by_pod_tracking_survives_a_rebuild() {
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut previous = desired_topology(&pool, &gpu, "n", None, &[]);
+        let mut previous = desired_topology(&pool, &gpu, "n", None, &Failing::default());
         previous.gpus[1].status.allocated_by.pod = "train-0".into();
-        let rebuilt = desired_topology(&pool, &gpu, "n", Some(&previous), &[]);
+        let rebuilt = desired_topology(&pool, &gpu, "n", Some(&previous), &Failing::default());
         assert_eq!(rebuilt.gpus[1].status.allocated_by.pod, "train-0");
         assert_eq!(rebuilt.gpus[0].status, Default::default());
     }
@@ -303,7 +342,7 @@ mod tests {
                 .expect("test node");
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let free = desired_topology(&pool, &gpu, "n", None, &[]);
+        let free = desired_topology(&pool, &gpu, "n", None, &Failing::default());
         let cm = |doc: &NodeTopology| {
             desired_configmap("ns", &node, "p", doc.to_yaml().expect("yaml"), 0)
         };

@@ -1,0 +1,191 @@
+//! Faults injected into simulated GPUs, declared on a pool (`spec.faults`) or on a node
+//! (annotation [`crate::names::annotation::GPU_FAULTS`], the same list as JSON), and shown where
+//! a real fault shows: dcgm-exporter's XID and ECC series, nvidia-smi, NVML's XID events, the
+//! device plugin's health (and so the node's allocatable), a node condition and an Event.
+//! Clearing the declaration clears all of them.
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+use validator::Validate;
+
+/// XIDs that an application causes and the GPU survives; NVIDIA's device plugin leaves GPUs
+/// that raise them healthy (its default skip list).
+pub const APPLICATION_XIDS: [u32; 6] = [13, 31, 43, 45, 68, 109];
+
+/// A fault on some GPUs of each node it applies to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuFault {
+    /// Indices of the GPUs it is on (`nvidia0` is 0); empty: every GPU of the node. Indices
+    /// beyond the node's GPUs are ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[validate(length(max = 64))]
+    pub gpus: Vec<u32>,
+    /// An XID error the GPUs raise (e.g. 79: fallen off the bus, 48: double-bit ECC, 13: an
+    /// application's fault). Any XID but the application ones (13, 31, 43, 45, 68, 109) takes
+    /// the GPU out of service, as NVIDIA's device plugin does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[validate(range(min = 1, max = 1000))]
+    pub xid: Option<u32>,
+    /// Correctable (single-bit) ECC errors since the driver loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[validate(range(max = 1_000_000_000))]
+    pub ecc_correctable: Option<u64>,
+    /// Uncorrectable (double-bit) ECC errors since the driver loaded; any takes the GPU out of
+    /// service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[validate(range(max = 1_000_000_000))]
+    pub ecc_uncorrectable: Option<u64>,
+    /// The GPU is thermally throttled: it runs at 90 C with its SM clock halved.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub thermal_throttling: bool,
+}
+
+impl GpuFault {
+    fn applies_to(&self, gpu: u32) -> bool {
+        self.gpus.is_empty() || self.gpus.contains(&gpu)
+    }
+}
+
+/// The faults one GPU has, as its topology document records them; empty when healthy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuFaults {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ecc_correctable: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ecc_uncorrectable: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub thermal_throttling: bool,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+impl GpuFaults {
+    /// What `declared` (in order: a later declaration's values win) puts on GPU `gpu`.
+    pub fn of<'a>(gpu: u32, declared: impl IntoIterator<Item = &'a GpuFault>) -> Self {
+        declared
+            .into_iter()
+            .filter(|fault| fault.applies_to(gpu))
+            .fold(Self::default(), |mut faults, fault| {
+                faults.xid = fault.xid.or(faults.xid);
+                faults.ecc_correctable = fault.ecc_correctable.unwrap_or(faults.ecc_correctable);
+                faults.ecc_uncorrectable =
+                    fault.ecc_uncorrectable.unwrap_or(faults.ecc_uncorrectable);
+                faults.thermal_throttling |= fault.thermal_throttling;
+                faults
+            })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether the GPU is out of service: an XID other than an application's, or an
+    /// uncorrectable ECC error.
+    pub fn out_of_service(&self) -> bool {
+        self.xid.is_some_and(|xid| !APPLICATION_XIDS.contains(&xid)) || self.ecc_uncorrectable > 0
+    }
+
+    /// A short account, for conditions and Events: `XID 48, 2 uncorrectable ECC errors`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(xid) = self.xid {
+            parts.push(format!("XID {xid}"));
+        }
+        if self.ecc_uncorrectable > 0 {
+            parts.push(format!(
+                "{} uncorrectable ECC errors",
+                self.ecc_uncorrectable
+            ));
+        }
+        if self.ecc_correctable > 0 {
+            parts.push(format!("{} correctable ECC errors", self.ecc_correctable));
+        }
+        if self.thermal_throttling {
+            parts.push("thermal throttling".to_owned());
+        }
+        parts.join(", ")
+    }
+}
+
+/// The fields a [`GpuFault`] has, as JSON spells them.
+const FIELDS: [&str; 5] = [
+    "gpus",
+    "xid",
+    "eccCorrectable",
+    "eccUncorrectable",
+    "thermalThrottling",
+];
+
+/// The faults a node annotation declares: a JSON list of [`GpuFault`]s, each within the bounds
+/// the pool field has. An unknown field is an error, not ignored: `gpu` for `gpus` would
+/// otherwise put the fault on every GPU.
+pub fn parse_annotation(value: &str) -> Result<Vec<GpuFault>, String> {
+    let entries: Vec<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_str(value).map_err(|e| e.to_string())?;
+    if let Some(unknown) = entries
+        .iter()
+        .flat_map(|entry| entry.keys())
+        .find(|key| !FIELDS.contains(&key.as_str()))
+    {
+        return Err(format!(
+            "unknown field {unknown:?} (known: {})",
+            FIELDS.join(", ")
+        ));
+    }
+    let faults: Vec<GpuFault> = entries
+        .into_iter()
+        .map(|entry| serde_json::from_value(serde_json::Value::Object(entry)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for fault in &faults {
+        fault
+            .validate()
+            .map_err(|e| e.to_string().replace('\n', "; "))?;
+    }
+    Ok(faults)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declarations_fold_per_gpu_and_later_ones_win() {
+        let declared = parse_annotation(
+            r#"[{"xid": 13}, {"gpus": [1], "xid": 48, "eccUncorrectable": 2},
+                {"gpus": [2], "thermalThrottling": true, "eccCorrectable": 7}]"#,
+        )
+        .expect("valid");
+        let zero = GpuFaults::of(0, &declared);
+        assert_eq!(zero.xid, Some(13));
+        assert!(!zero.out_of_service(), "13 is an application's XID");
+        let one = GpuFaults::of(1, &declared);
+        assert_eq!((one.xid, one.ecc_uncorrectable), (Some(48), 2));
+        assert!(one.out_of_service());
+        assert_eq!(one.describe(), "XID 48, 2 uncorrectable ECC errors");
+        let two = GpuFaults::of(2, &declared);
+        assert!(two.thermal_throttling && !two.out_of_service());
+        assert!(GpuFaults::of(3, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_bad_annotation_says_why() {
+        assert!(parse_annotation("xid=79").is_err());
+        assert!(
+            parse_annotation(r#"[{"xid": 0}]"#)
+                .expect_err("out of range")
+                .contains("xid")
+        );
+        assert!(
+            parse_annotation(r#"[{"gpu": [1], "xid": 79}]"#)
+                .expect_err("a typo")
+                .contains("\"gpu\"")
+        );
+    }
+}
