@@ -13,7 +13,7 @@ use anyhow::{Context, bail, ensure};
 use fakegpu_api::{
     compute_domain::{ComputeDomain, DomainState},
     dra::attribute,
-    names::label,
+    names::{annotation, label},
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
@@ -409,7 +409,16 @@ async fn device_plugin(client: &Client, pool: &str, namespace: &str) -> anyhow::
             })
             .then_some(()))
     })
-    .await
+    .await?;
+
+    // An uncorrectable ECC error injected on GPU 1: the node agent's device plugin reports it
+    // unhealthy and the real kubelet takes it out of allocatable, until the fault is cleared.
+    let fault = r#"[{"gpus": [1], "eccUncorrectable": 1}]"#;
+    fakegpu_e2e::annotate_node(client, &node, annotation::GPU_FAULTS, Some(fault)).await?;
+    let faulty = advertised(client, &node, "nvidia.com/gpu", "1").await;
+    fakegpu_e2e::annotate_node(client, &node, annotation::GPU_FAULTS, None).await?;
+    faulty?;
+    advertised(client, &node, "nvidia.com/gpu", "2").await
 }
 
 #[tokio::test]
@@ -1499,7 +1508,7 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
     use fakegpu_api::{
         GpuNodePool,
         names::{
-            annotation::UNHEALTHY_GPUS,
+            annotation::GPU_FAULTS,
             nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
         },
     };
@@ -1625,22 +1634,22 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
             },
         )
         .await?;
-        // A fault injected on the other GPU reaches NVIDIA's plugin as an XID error through
-        // the library's events: the plugin marks the GPU unhealthy and the kubelet stops
-        // offering it.
+        // A fault injected on the other GPU (XID 48, a double-bit ECC error) reaches NVIDIA's
+        // plugin as that XID through the library's events: the plugin marks the GPU unhealthy
+        // and the kubelet stops offering it.
         let other = document
             .gpus
             .iter()
             .find(|g| g.id != visible)
             .context("a second GPU")?;
-        let index = other.index.to_string();
-        fakegpu_e2e::annotate_node(client, &node, UNHEALTHY_GPUS, Some(&index)).await?;
+        let fault = format!(r#"[{{"gpus": [{}], "xid": 48}}]"#, other.index);
+        fakegpu_e2e::annotate_node(client, &node, GPU_FAULTS, Some(&fault)).await?;
         eventually(
             "NVIDIA's plugin reporting the faulty GPU unhealthy",
             CONVERGE,
             || async {
                 let said = std::fs::read_to_string(&log)?;
-                let marked = said.contains(&format!("Xid=79 on Device={}", other.id));
+                let marked = said.contains(&format!("Xid=48 on Device={}", other.id));
                 let count = allocatable(client, &node, "nvidia.com/gpu").await?;
                 Ok((marked && count.as_deref() == Some("1")).then_some(()))
             },
@@ -1650,7 +1659,7 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
     .await;
     // The fault goes with the test (NVIDIA's plugin never marks a GPU healthy again, so the
     // next test starts from a fresh plugin anyway).
-    let cleared = fakegpu_e2e::annotate_node(client, &node, UNHEALTHY_GPUS, None).await;
+    let cleared = fakegpu_e2e::annotate_node(client, &node, GPU_FAULTS, None).await;
     // SIGTERM: the plugin removes its socket, and the kubelet drops its devices.
     let stopped = std::process::Command::new("kill")
         .args(["-TERM", &plugin.id().to_string()])
