@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::resource::v1::{
-        Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
+        Device, DeviceAttribute, DeviceCapacity, DeviceTaint, ResourcePool, ResourceSlice,
+        ResourceSliceSpec,
     },
     apimachinery::pkg::api::resource::Quantity,
 };
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
 use crate::{
-    names::resource::GPU_DRIVER,
+    names::resource::{GPU_DRIVER, XID_TAINT},
     topology::{GpuTopology, MigDevice, NodeTopology},
 };
 
@@ -152,6 +153,23 @@ fn common_attributes(
     attributes
 }
 
+/// The taint NVIDIA's DRA driver puts on the devices of a GPU that reports an XID (see
+/// [`GpuTopology::reported_xid`]); none otherwise.
+fn taints(gpu: &GpuTopology) -> Option<Vec<DeviceTaint>> {
+    let xid = gpu.reported_xid()?;
+    let effect = if gpu.health.is_healthy() {
+        "None"
+    } else {
+        "NoSchedule"
+    };
+    Some(vec![DeviceTaint {
+        key: XID_TAINT.to_owned(),
+        value: Some(xid.to_string()),
+        effect: effect.to_owned(),
+        time_added: None,
+    }])
+}
+
 fn capacity(value: Quantity) -> DeviceCapacity {
     DeviceCapacity {
         value,
@@ -171,6 +189,7 @@ fn whole_gpu(topology: &NodeTopology, gpu: &GpuTopology) -> Device {
             MEMORY.to_owned(),
             capacity(memory_quantity(topology.gpu_memory)),
         )])),
+        taints: taints(gpu),
         ..Default::default()
     }
 }
@@ -232,6 +251,7 @@ fn mig_device(topology: &NodeTopology, gpu: &GpuTopology, mig: &MigDevice) -> De
         name: mig_device_name(gpu.index, mig),
         attributes: Some(attributes),
         capacity: Some(capacities),
+        taints: taints(gpu),
         ..Default::default()
     }
 }
@@ -328,16 +348,24 @@ pub fn node_slice(
     }
 }
 
-/// What identifies a slice's devices (its pool generation aside).
+/// What identifies a slice's devices (its pool generation aside). The time the API server
+/// stamps on a taint it stores is not part of it: fakegpu never sets one.
 pub fn device_identity(
     spec: &ResourceSliceSpec,
-) -> (&String, &Option<String>, &String, &Option<Vec<Device>>) {
-    (
-        &spec.driver,
-        &spec.node_name,
-        &spec.pool.name,
-        &spec.devices,
-    )
+) -> (&String, &Option<String>, &String, Option<Vec<Device>>) {
+    let devices = spec.devices.as_ref().map(|devices| {
+        devices
+            .iter()
+            .map(|device| {
+                let mut device = device.clone();
+                for taint in device.taints.iter_mut().flatten() {
+                    taint.time_added = None;
+                }
+                device
+            })
+            .collect()
+    });
+    (&spec.driver, &spec.node_name, &spec.pool.name, devices)
 }
 
 /// A slice as its writer knows it: whole (the node agent reads it from the API server), or as
@@ -391,6 +419,39 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_gpu_reporting_an_xid_is_tainted_as_nvidia_s_driver_taints_it() {
+        let mut topology = topology();
+        topology.gpus[0].faults.xid = Some(13);
+        topology.gpus[1].health = crate::topology::Health::Unhealthy;
+        let devices = gpu_devices(&topology);
+        let taint = |device: &Device| {
+            let taints = device.taints.as_ref().expect("tainted");
+            assert_eq!(taints.len(), 1);
+            let taint = &taints[0];
+            assert_eq!(taint.key, "gpu.nvidia.com/xid");
+            (
+                taint.value.clone().unwrap_or_default(),
+                taint.effect.clone(),
+            )
+        };
+        // An application's XID is informational; a GPU out of service is not schedulable.
+        assert_eq!(taint(&devices[0]), ("13".into(), "None".into()));
+        assert_eq!(taint(&devices[1]), ("79".into(), "NoSchedule".into()));
+        assert!(gpu_devices(&self::topology())[0].taints.is_none());
+        // The time the API server stamps on a stored taint does not make the slice differ.
+        let spec = gpu_slice_spec("n", &topology, 1);
+        let mut stored = spec.clone();
+        for device in stored.devices.iter_mut().flatten() {
+            for taint in device.taints.iter_mut().flatten() {
+                taint.time_added = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+            }
+        }
+        assert!(device_identity(&stored) == device_identity(&spec));
     }
 
     #[test]

@@ -8,6 +8,12 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
+/// XID 79, "GPU has fallen off the bus": what a GPU marked unhealthy without an XID of its own
+/// reports.
+pub const XID_FALLEN_OFF_THE_BUS: u32 = 79;
+/// XID 48, a double-bit ECC error: what an uncorrectable ECC error without an XID reports.
+pub const XID_DOUBLE_BIT_ECC: u32 = 48;
+
 /// XIDs that an application causes and the GPU survives; NVIDIA's device plugin leaves GPUs
 /// that raise them healthy (its default skip list).
 pub const APPLICATION_XIDS: [u32; 6] = [13, 31, 43, 45, 68, 109];
@@ -91,6 +97,15 @@ impl GpuFaults {
         self.xid.is_some_and(|xid| !APPLICATION_XIDS.contains(&xid)) || self.ecc_uncorrectable > 0
     }
 
+    /// The XID the GPU reports (NVML's events, `DCGM_FI_DEV_XID_ERRORS`, NVIDIA's DRA taint):
+    /// the injected one, else 48 for an uncorrectable ECC error, else 79 when the GPU is
+    /// unhealthy (`healthy` false) for no injected reason.
+    pub fn reported_xid(&self, healthy: bool) -> Option<u32> {
+        self.xid
+            .or((self.ecc_uncorrectable > 0).then_some(XID_DOUBLE_BIT_ECC))
+            .or((!healthy).then_some(XID_FALLEN_OFF_THE_BUS))
+    }
+
     /// A short account, for conditions and Events: `XID 48, 2 uncorrectable ECC errors`.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -172,6 +187,14 @@ mod tests {
         let two = GpuFaults::of(2, &declared);
         assert!(two.thermal_throttling && !two.out_of_service());
         assert!(GpuFaults::of(3, &[]).is_empty());
+        assert_eq!(zero.reported_xid(true), Some(13));
+        assert_eq!(two.reported_xid(true), None);
+        assert_eq!(GpuFaults::of(3, &[]).reported_xid(false), Some(79));
+        let ecc = GpuFaults {
+            ecc_uncorrectable: 1,
+            ..GpuFaults::default()
+        };
+        assert_eq!(ecc.reported_xid(false), Some(48));
     }
 
     #[test]

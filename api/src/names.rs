@@ -263,6 +263,10 @@ pub mod resource {
     pub const GPU_DEVICE_CLASS: &str = "gpu.nvidia.com";
     /// DeviceClass of MIG devices (NVIDIA's DRA driver installs one of this name).
     pub const MIG_DEVICE_CLASS: &str = "mig.nvidia.com";
+    /// Device taint NVIDIA's DRA driver puts on the devices of a GPU that raised an XID, value
+    /// the XID: `NoSchedule` when the XID takes the GPU out of service, `None` (informational)
+    /// otherwise. Claims tolerate it by this key.
+    pub const XID_TAINT: &str = "gpu.nvidia.com/xid";
 }
 
 /// Node conditions.

@@ -24,9 +24,6 @@ pub const SM_CLOCK_IDLE: u32 = 345;
 pub const SM_CLOCK_MAX: u32 = 1980;
 /// Memory clock, MHz: datacenter GPUs keep it at its maximum in P0, busy or not.
 pub const MEMORY_CLOCK: u32 = 2619;
-/// The XID a GPU that fell off the bus raises (`GPU has fallen off the bus`), as the NVML
-/// library's health events report it.
-pub const XID_FALLEN_OFF_THE_BUS: u32 = 79;
 /// Temperature of a thermally throttled GPU, C: where datacenter GPUs slow down.
 pub const THROTTLED_TEMPERATURE: u32 = 90;
 /// PCIe traffic of a fully busy GPU, bytes per second, host to device (a tenth back).

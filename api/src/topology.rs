@@ -94,6 +94,13 @@ pub struct GpuTopology {
     pub status: GpuStatus,
 }
 
+impl GpuTopology {
+    /// The XID the GPU reports, if any (see [`GpuFaults::reported_xid`]).
+    pub fn reported_xid(&self) -> Option<u32> {
+        self.faults.reported_xid(self.health.is_healthy())
+    }
+}
+
 /// A MIG instance of a GPU.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

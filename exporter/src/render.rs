@@ -38,8 +38,7 @@ pub struct GpuSample {
     pub fb_free: f64,
     /// How busy the whole GPU is (a MIG GPU: its instances together), for its sensors.
     pub device: Load,
-    /// The last XID error of the GPU: the injected one, 79 for a GPU marked unhealthy without
-    /// one, else 0.
+    /// The last XID error of the GPU (see [`GpuTopology::reported_xid`]), else 0.
     pub last_xid: u32,
     /// ECC errors of the GPU since the driver loaded (injected).
     pub ecc_correctable: u64,
@@ -115,11 +114,7 @@ fn sample(
             power_limit: (document.power_limit_watts > 0).then_some(document.power_limit_watts),
             thermal_throttling: gpu.faults.thermal_throttling,
         },
-        last_xid: match gpu.faults.xid {
-            Some(xid) => xid,
-            None if gpu.health.is_healthy() => 0,
-            None => telemetry::XID_FALLEN_OFF_THE_BUS,
-        },
+        last_xid: gpu.reported_xid().unwrap_or(0),
         ecc_correctable: gpu.faults.ecc_correctable,
         ecc_uncorrectable: gpu.faults.ecc_uncorrectable,
         energy_mj: 0.0,

@@ -15,9 +15,6 @@ pub const DOUBLE_BIT_ECC_ERROR: u64 = 0x2;
 pub const XID_CRITICAL_ERROR: u64 = 0x8;
 /// The event types a GPU supports here: those NVIDIA's device plugin registers for.
 pub const SUPPORTED: u64 = SINGLE_BIT_ECC_ERROR | DOUBLE_BIT_ECC_ERROR | XID_CRITICAL_ERROR;
-/// XID 79, "GPU has fallen off the bus": what an unhealthy GPU reports. NVIDIA's device plugin
-/// skips application XIDs (13, 31, 43, 45, 68, 109) but not this one.
-pub const XID_FALLEN_OFF_THE_BUS: u64 = 79;
 
 /// One event to deliver.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,17 +39,14 @@ impl Registrations {
     }
 
     /// The next fault `machine` (the document as it reads now) shows that this set has not been
-    /// told of: the GPU's injected XID, or XID 79 for a GPU marked unhealthy without one. GPUs
-    /// without a fault any more are forgotten, so a new fault is told again.
+    /// told of: each GPU that reports an XID (injected, or implied by its faults or health: 79
+    /// for a GPU marked unhealthy). GPUs without a fault any more are forgotten, so a new fault
+    /// is told again.
     pub fn next_fault(&mut self, machine: &Machine) -> Option<Fault> {
         let faulty: BTreeMap<&str, u64> = machine
             .devices
             .iter()
-            .filter(|d| !d.healthy || d.xid.is_some())
-            .map(|d| {
-                let xid = d.xid.map_or(XID_FALLEN_OFF_THE_BUS, u64::from);
-                (d.uuid.as_str(), xid)
-            })
+            .filter_map(|d| Some((d.uuid.as_str(), u64::from(d.xid?))))
             .collect();
         self.reported
             .retain(|uuid| faulty.contains_key(uuid.as_str()));
@@ -112,7 +106,7 @@ mod tests {
             Some(Fault {
                 uuid: "GPU-1".into(),
                 event_type: XID_CRITICAL_ERROR,
-                xid: XID_FALLEN_OFF_THE_BUS
+                xid: u64::from(fakegpu_api::faults::XID_FALLEN_OFF_THE_BUS)
             })
         );
         // Told once; GPU 2's set did not ask for XIDs.

@@ -59,7 +59,8 @@ pub struct Device {
     /// False when the document marks the GPU unhealthy (`fakegpu.dev/unhealthy-gpus`): the
     /// library then reports a critical XID error for it to whoever registered for events.
     pub healthy: bool,
-    /// The XID injected into the GPU (`faults.xid` of the document), if any.
+    /// The XID the GPU reports, if any: injected, or implied by its faults or health (see
+    /// `GpuTopology::reported_xid`).
     pub xid: Option<u32>,
 }
 
@@ -171,7 +172,7 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
         numa_node: gpu.numa_node,
         pcie_root: gpu.pcie_root.clone(),
         healthy: gpu.health.is_healthy(),
-        xid: gpu.faults.xid,
+        xid: gpu.reported_xid(),
     }
 }
 
