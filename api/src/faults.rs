@@ -188,7 +188,11 @@ mod tests {
         assert!(two.thermal_throttling && !two.out_of_service());
         assert!(GpuFaults::of(3, &[]).is_empty());
         assert_eq!(zero.reported_xid(true), Some(13));
-        assert_eq!(two.reported_xid(true), None);
+        let hot = GpuFaults {
+            thermal_throttling: true,
+            ..GpuFaults::default()
+        };
+        assert_eq!(hot.reported_xid(true), None);
         assert_eq!(GpuFaults::of(3, &[]).reported_xid(false), Some(79));
         let ecc = GpuFaults {
             ecc_uncorrectable: 1,

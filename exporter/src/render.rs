@@ -353,6 +353,15 @@ mod tests {
 
     use super::*;
 
+    /// The samples of `snapshot` now, with a fresh energy meter.
+    fn sampled(
+        snapshot: &Snapshot,
+        draws: &Draws,
+        knative: &HashMap<String, u8>,
+    ) -> Vec<GpuSample> {
+        samples(snapshot, draws, &Energy::default(), knative, Instant::now())
+    }
+
     fn document() -> NodeTopology {
         let busy = GpuStatus {
             allocated_by: AllocatedBy {
@@ -396,13 +405,7 @@ mod tests {
     fn series_follow_the_pods_on_each_gpu() {
         let draws = Draws::new(Duration::from_secs(10));
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document()))]);
-        let samples = samples(
-            &snapshot,
-            &draws,
-            &Energy::default(),
-            &HashMap::new(),
-            Instant::now(),
-        );
+        let samples = sampled(&snapshot, &draws, &HashMap::new());
         assert_eq!(samples[0].utilization, 40.0);
         assert_eq!((samples[0].fb_used, samples[0].fb_free), (30000.0, 51559.0));
         assert_eq!(samples[1].utilization, 0.0);
@@ -446,22 +449,10 @@ mod tests {
         assert!(wants_knative(&snapshot));
         let draws = Draws::new(Duration::from_secs(10));
         let rates = HashMap::from([("uid-1".to_owned(), 27u8)]);
-        let with_rate = samples(
-            &snapshot,
-            &draws,
-            &Energy::default(),
-            &rates,
-            Instant::now(),
-        );
+        let with_rate = sampled(&snapshot, &draws, &rates);
         assert_eq!(with_rate[0].utilization, 27.0);
         // Prometheus did not answer: the pod's range (40-40) again.
-        let without = samples(
-            &snapshot,
-            &draws,
-            &Energy::default(),
-            &HashMap::new(),
-            Instant::now(),
-        );
+        let without = sampled(&snapshot, &draws, &HashMap::new());
         assert_eq!(without[0].utilization, 40.0);
         let text = encode(&without, "Hostname", Some(false));
         assert!(text.contains("fakegpu_exporter_knative_up 0"), "{text}");
@@ -496,13 +487,7 @@ mod tests {
         document.gpus[0].mig_devices[0].status = busy;
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
         let draws = Draws::new(Duration::from_secs(10));
-        let samples = samples(
-            &snapshot,
-            &draws,
-            &Energy::default(),
-            &HashMap::new(),
-            Instant::now(),
-        );
+        let samples = sampled(&snapshot, &draws, &HashMap::new());
         assert_eq!(samples.len(), 3, "two instances and the whole GPU");
         assert_eq!(samples[0].mig, Some(["3g.40gb".to_owned(), "1".to_owned()]));
         // GPU-instance IDs as the driver numbers slice runs: the eighth at slice 4 is GI 11.
