@@ -33,6 +33,11 @@ pub struct GpuFault {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[validate(range(min = 1, max = 1000))]
     pub xid: Option<u32>,
+    /// How often the XID recurs, per minute (NVML's XID events, `DCGM_EXP_XID_ERRORS_COUNT`);
+    /// unset: it is raised once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[validate(range(min = 1, max = 600))]
+    pub xid_per_minute: Option<u32>,
     /// Correctable (single-bit) ECC errors since the driver loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[validate(range(max = 1_000_000_000))]
@@ -59,6 +64,9 @@ impl GpuFault {
 pub struct GpuFaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xid: Option<u32>,
+    /// How often the XID recurs, per minute; 0: once.
+    #[serde(default, skip_serializing_if = "is_zero_rate")]
+    pub xid_per_minute: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ecc_correctable: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -71,6 +79,10 @@ fn is_zero(count: &u64) -> bool {
     *count == 0
 }
 
+fn is_zero_rate(rate: &u32) -> bool {
+    *rate == 0
+}
+
 impl GpuFaults {
     /// What `declared` (in order: a later declaration's values win) puts on GPU `gpu`.
     pub fn of<'a>(gpu: u32, declared: impl IntoIterator<Item = &'a GpuFault>) -> Self {
@@ -78,7 +90,10 @@ impl GpuFaults {
             .into_iter()
             .filter(|fault| fault.applies_to(gpu))
             .fold(Self::default(), |mut faults, fault| {
-                faults.xid = fault.xid.or(faults.xid);
+                if let Some(xid) = fault.xid {
+                    faults.xid = Some(xid);
+                    faults.xid_per_minute = fault.xid_per_minute.unwrap_or(0);
+                }
                 faults.ecc_correctable = fault.ecc_correctable.unwrap_or(faults.ecc_correctable);
                 faults.ecc_uncorrectable =
                     fault.ecc_uncorrectable.unwrap_or(faults.ecc_uncorrectable);
@@ -106,11 +121,19 @@ impl GpuFaults {
             .or((!healthy).then_some(XID_FALLEN_OFF_THE_BUS))
     }
 
+    /// How long until an injected XID recurs; `None` when it is raised once.
+    pub fn xid_period(&self) -> Option<std::time::Duration> {
+        (self.xid.is_some() && self.xid_per_minute > 0)
+            .then(|| std::time::Duration::from_secs(60) / self.xid_per_minute)
+    }
+
     /// A short account, for conditions and Events: `XID 48, 2 uncorrectable ECC errors`.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if let Some(xid) = self.xid {
-            parts.push(format!("XID {xid}"));
+        match (self.xid, self.xid_per_minute) {
+            (Some(xid), 0) => parts.push(format!("XID {xid}")),
+            (Some(xid), rate) => parts.push(format!("XID {xid} ({rate} a minute)")),
+            (None, _) => {}
         }
         if self.ecc_uncorrectable > 0 {
             parts.push(format!(
@@ -129,9 +152,10 @@ impl GpuFaults {
 }
 
 /// The fields a [`GpuFault`] has, as JSON spells them.
-const FIELDS: [&str; 5] = [
+const FIELDS: [&str; 6] = [
     "gpus",
     "xid",
+    "xidPerMinute",
     "eccCorrectable",
     "eccUncorrectable",
     "thermalThrottling",
@@ -181,6 +205,7 @@ mod tests {
         assert_eq!(zero.xid, Some(13));
         assert!(!zero.out_of_service(), "13 is an application's XID");
         let one = GpuFaults::of(1, &declared);
+        assert_eq!(one.xid_period(), None);
         assert_eq!((one.xid, one.ecc_uncorrectable), (Some(48), 2));
         assert!(one.out_of_service());
         assert_eq!(one.describe(), "XID 48, 2 uncorrectable ECC errors");
@@ -214,5 +239,18 @@ mod tests {
                 .expect_err("a typo")
                 .contains("\"gpu\"")
         );
+    }
+
+    #[test]
+    fn a_recurring_xid_has_its_period() {
+        let declared =
+            parse_annotation(r#"[{"xid": 79, "xidPerMinute": 6}, {"gpus": [1], "xid": 13}]"#)
+                .expect("valid");
+        let zero = GpuFaults::of(0, &declared);
+        assert_eq!(zero.xid_period(), Some(std::time::Duration::from_secs(10)));
+        assert_eq!(zero.describe(), "XID 79 (6 a minute)");
+        // A later XID without a rate is raised once.
+        assert_eq!(GpuFaults::of(1, &declared).xid_period(), None);
+        assert!(parse_annotation(r#"[{"xid": 79, "xidPerMinute": 0}]"#).is_err());
     }
 }

@@ -433,6 +433,9 @@ pub mod dcgm {
     pub const ECC_SBE_AGG_TOTAL: &str = "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL";
     /// Counter: double-bit ECC errors over the GPU's life.
     pub const ECC_DBE_AGG_TOTAL: &str = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL";
+    /// Gauge: XIDs a GPU raised in the exporter's trailing window (5 minutes), per XID (label
+    /// `xid`); commented out in dcgm-exporter's default file, enabled where XIDs are alerted on.
+    pub const EXP_XID_ERRORS_COUNT: &str = "DCGM_EXP_XID_ERRORS_COUNT";
     /// Label names, in dcgm-exporter's order. The hostname label is `Hostname` in released
     /// dcgm-exporter images (`hostname` at its repository head); see the exporter's settings.
     pub const LABELS: [&str; 10] = [

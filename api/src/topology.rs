@@ -99,6 +99,12 @@ impl GpuTopology {
     pub fn reported_xid(&self) -> Option<u32> {
         self.faults.reported_xid(self.health.is_healthy())
     }
+
+    /// How long until the reported XID recurs; `None` when it is raised once (see
+    /// [`GpuFaults::xid_period`]).
+    pub fn xid_period(&self) -> Option<std::time::Duration> {
+        self.faults.xid_period()
+    }
 }
 
 /// A MIG instance of a GPU.

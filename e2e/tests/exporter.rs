@@ -609,19 +609,19 @@ async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
             &pool,
             json!({"gpu": {"profile": "h100", "count": 4},
                 "interfaces": {"devicePlugin": true, "dra": true},
-                "faults": [{"gpus": [1], "xid": 48}]}),
+                "faults": [{"gpus": [1], "xid": 48, "xidPerMinute": 120}]}),
         )
         .await?;
         eventually("GPU 1 out of allocatable, the node's condition says why", CONVERGE, || async {
             let (gpus, fault) = gpus_and_fault(&client, &node).await?;
             Ok((gpus.as_deref() == Some("3")
                 && fault.is_some_and(|(status, message)| {
-                    status == "True" && message == "GPU 1: XID 48 (out of service)"
+                    status == "True" && message == "GPU 1: XID 48 (120 a minute) (out of service)"
                 }))
             .then_some(()))
         })
         .await?;
-        warning_event(&client, &node, "GpuFault", "GPU 1: XID 48", CONVERGE).await?;
+        warning_event(&client, &node, "GpuFault", "GPU 1: XID 48 (120 a minute)", CONVERGE).await?;
         // The node adds uncorrectable ECC errors on GPU 2 and throttles GPU 3.
         let faults = r#"[{"gpus": [2], "eccUncorrectable": 2, "eccCorrectable": 5},
             {"gpus": [3], "thermalThrottling": true}]"#;
@@ -638,7 +638,16 @@ async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
         eventually("the faults in the exporter's series", CONVERGE, || async {
             let text = http_get(&exporter.address, "/metrics").unwrap_or_default();
             let value = |metric, gpu| series_value(&text, metric, &on(gpu));
+            // Recurring twice a second: more than once in the window by now.
+            let recurring = text.lines().any(|l| {
+                l.starts_with(dcgm::EXP_XID_ERRORS_COUNT)
+                    && l.contains(&format!("Hostname=\"{node}\""))
+                    && l.contains("gpu=\"1\"")
+                    && l.contains("xid=\"48\"")
+                    && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(2.0)
+            });
             Ok((value(dcgm::XID_ERRORS, "1") == Some(48.0)
+                && recurring
                 && value(dcgm::XID_ERRORS, "0") == Some(0.0)
                 && value(dcgm::ECC_DBE_VOL_TOTAL, "2") == Some(2.0)
                 && value(dcgm::ECC_SBE_VOL_TOTAL, "2") == Some(5.0)
@@ -682,7 +691,7 @@ async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
         eventually("only the pool's fault left", CONVERGE, || async {
             let (gpus, fault) = gpus_and_fault(&client, &node).await?;
             Ok((gpus.as_deref() == Some("3")
-                && fault.is_some_and(|(_, m)| m == "GPU 1: XID 48 (out of service)"))
+                && fault.is_some_and(|(_, m)| m == "GPU 1: XID 48 (120 a minute) (out of service)"))
             .then_some(()))
         })
         .await?;

@@ -44,7 +44,12 @@ pub struct Field {
     pub help: &'static str,
     pub scope: Scope,
     pub value: fn(&GpuSample) -> f64,
+    /// A label of this field's own (after the sample's) and its value for a sample, if any.
+    pub label: Option<(&'static str, LabelValue)>,
 }
+
+/// The value of a field's own label for a sample; `None`: the series goes without it.
+pub type LabelValue = fn(&GpuSample) -> Option<String>;
 
 /// The load of the sample itself (a MIG instance's own, not its GPU's).
 fn own(sample: &GpuSample) -> Load {
@@ -67,6 +72,7 @@ const fn field(
         help,
         scope,
         value,
+        label: None,
     }
 }
 
@@ -76,9 +82,9 @@ fn zero(_: &GpuSample) -> f64 {
     0.0
 }
 
-/// dcgm-exporter's default counters, then the ECC counters its file lists commented out, which
-/// alerts on GPU memory errors enable and fault injection fills.
-pub const FIELDS: [Field; 29] = [
+/// dcgm-exporter's default counters, then the ECC and XID-window counters its file lists
+/// commented out, which alerts on GPU errors enable and fault injection fills.
+pub const FIELDS: [Field; 30] = [
     field(
         dcgm::SM_CLOCK,
         Gauge,
@@ -278,4 +284,18 @@ pub const FIELDS: [Field; 29] = [
         Every,
         |s| s.ecc_uncorrectable as f64,
     ),
+    // Per GPU and XID (label `xid`) in the window; a GPU without one has one 0 series without
+    // the label, as dcgm-exporter's.
+    Field {
+        label: Some(("xid", |s| {
+            (s.xid_window > 0).then(|| s.last_xid.to_string())
+        })),
+        ..field(
+            dcgm::EXP_XID_ERRORS_COUNT,
+            Gauge,
+            "XID errors observed during the configured time window.",
+            Every,
+            |s| s.xid_window as f64,
+        )
+    },
 ];

@@ -7,6 +7,7 @@
 //! - [`knative`]: inference pods' utilization from their request rate, asked of Prometheus;
 //! - [`energy`]: each GPU's power integrated into its energy counter;
 //! - [`fields`]: the DCGM fields served, and what each reads of a sample;
+//! - [`xids`]: each GPU's XIDs in the trailing window;
 //! - [`render`]: documents and draws into samples (pure), samples into the text format.
 
 pub mod documents;
@@ -15,3 +16,4 @@ pub mod energy;
 pub mod fields;
 pub mod knative;
 pub mod render;
+pub mod xids;

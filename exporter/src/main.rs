@@ -33,7 +33,6 @@ use fakegpu_api::names::{
 use fakegpu_exporter::{
     documents::Documents,
     draws::Draws,
-    energy::Energy,
     knative::{self, Knative},
     render,
 };
@@ -44,7 +43,7 @@ use tracing::{info, warn};
 struct Exporter {
     documents: Documents,
     draws: Draws,
-    energy: Energy,
+    counters: render::Counters,
     hostname_label: String,
     knative: Knative,
     /// The last answer about request rates, when it was asked, whether Prometheus answered.
@@ -98,7 +97,7 @@ async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) 
     let samples = render::samples(
         &snapshot,
         &exporter.draws,
-        &exporter.energy,
+        &exporter.counters,
         &by_uid,
         Instant::now(),
     );
@@ -143,7 +142,7 @@ async fn run() -> anyhow::Result<()> {
     let exporter = Arc::new(Exporter {
         documents: Documents::default(),
         draws: Draws::new(Duration::from_secs(interval)),
-        energy: Energy::default(),
+        counters: render::Counters::default(),
         hostname_label,
         knative: Knative::new(&prometheus),
         rates: tokio::sync::Mutex::default(),

@@ -20,7 +20,15 @@ use crate::{
     draws::Draws,
     energy::Energy,
     fields::{FIELDS, Scope},
+    xids::XidWindows,
 };
+
+/// What the exporter counts across scrapes: energy, and XIDs in their window.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub energy: Energy,
+    pub xids: XidWindows,
+}
 
 /// One GPU's or MIG instance's values and labels (in [`dcgm::LABELS`] order).
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +48,11 @@ pub struct GpuSample {
     pub device: Load,
     /// The last XID error of the GPU (see [`GpuTopology::reported_xid`]), else 0.
     pub last_xid: u32,
+    /// How many times the GPU raised `last_xid` in the exporter's window (see [`XidWindows`]);
+    /// 0 until a scrape reads it.
+    pub xid_window: u64,
+    /// How long until `last_xid` recurs; `None`: raised once.
+    pub xid_period: Option<std::time::Duration>,
     /// ECC errors of the GPU since the driver loaded (injected).
     pub ecc_correctable: u64,
     pub ecc_uncorrectable: u64,
@@ -115,6 +128,8 @@ fn sample(
             thermal_throttling: gpu.faults.thermal_throttling,
         },
         last_xid: gpu.reported_xid().unwrap_or(0),
+        xid_window: 0,
+        xid_period: gpu.xid_period(),
         ecc_correctable: gpu.faults.ecc_correctable,
         ecc_uncorrectable: gpu.faults.ecc_uncorrectable,
         energy_mj: 0.0,
@@ -177,7 +192,7 @@ pub fn node_samples(
 pub fn samples(
     snapshot: &Snapshot,
     draws: &Draws,
-    energy: &Energy,
+    counters: &Counters,
     knative: &HashMap<String, u8>,
     now: Instant,
 ) -> Vec<GpuSample> {
@@ -185,15 +200,32 @@ pub fn samples(
         .iter()
         .flat_map(|(node, document)| node_samples(node, document, draws, knative, now))
         .collect();
-    // Once per GPU: a MIG GPU's instances carry its counter.
-    let mut read: HashMap<String, f64> = HashMap::new();
+    // Once per GPU: a MIG GPU's instances carry its counters.
+    let mut read: HashMap<String, (f64, u64)> = HashMap::new();
     for sample in &mut samples {
         let power = sample.device.power_draw().unwrap_or(0.0);
-        sample.energy_mj = *read
-            .entry(sample.gpu.clone())
-            .or_insert_with(|| energy.read(&sample.gpu, power, now));
+        let (energy, xids) = *read.entry(sample.gpu.clone()).or_insert_with(|| {
+            let xids = match sample.last_xid {
+                0 => 0,
+                xid => counters
+                    .xids
+                    .count(&sample.gpu, xid, sample.xid_period, now),
+            };
+            (counters.energy.read(&sample.gpu, power, now), xids)
+        });
+        sample.energy_mj = energy;
+        sample.xid_window = xids;
     }
-    energy.retain(&read.keys().map(String::as_str).collect());
+    counters
+        .energy
+        .retain(&read.keys().map(String::as_str).collect());
+    counters.xids.retain(
+        &samples
+            .iter()
+            .filter(|s| s.last_xid != 0)
+            .map(|s| (s.gpu.as_str(), s.last_xid))
+            .collect(),
+    );
     // One pass over the documents, not one per remembered draw: scrapes of thousands of GPUs.
     let live: HashSet<(&str, &str)> = snapshot
         .values()
@@ -325,7 +357,21 @@ pub fn encode(samples: &[GpuSample], hostname_label: &str, knative_up: Option<bo
         let _ = writeln!(out, "# TYPE {} {}", field.name, field.kind.as_str());
         for (sample, set) in samples.iter().zip(&sets).filter(|(s, _)| carried(s)) {
             out.push_str(field.name);
-            out.push_str(set);
+            match field
+                .label
+                .and_then(|(name, label)| Some((name, label(sample)?)))
+            {
+                // The field's own label closes the sample's set.
+                Some((name, value)) => {
+                    out.push_str(&set[..set.len() - 1]);
+                    out.push(',');
+                    out.push_str(name);
+                    out.push_str("=\"");
+                    escape_label(&mut out, &value);
+                    out.push_str("\"}");
+                }
+                None => out.push_str(set),
+            }
             out.push(' ');
             write_value(&mut out, (field.value)(sample));
             out.push('\n');
@@ -359,7 +405,13 @@ mod tests {
         draws: &Draws,
         knative: &HashMap<String, u8>,
     ) -> Vec<GpuSample> {
-        samples(snapshot, draws, &Energy::default(), knative, Instant::now())
+        samples(
+            snapshot,
+            draws,
+            &Counters::default(),
+            knative,
+            Instant::now(),
+        )
     }
 
     fn document() -> NodeTopology {
@@ -551,10 +603,10 @@ mod tests {
         document.gpus[1].health = fakegpu_api::topology::Health::Unhealthy;
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
         let draws = Draws::new(Duration::from_secs(10));
-        let energy = Energy::default();
+        let counters = Counters::default();
         let start = Instant::now();
         let text = encode(
-            &samples(&snapshot, &draws, &energy, &HashMap::new(), start),
+            &samples(&snapshot, &draws, &counters, &HashMap::new(), start),
             "Hostname",
             None,
         );
@@ -595,13 +647,20 @@ mod tests {
             79.0,
             "an unhealthy GPU"
         );
+        // Once in the window, labelled with the XID; the healthy GPU's series is 0, unlabelled.
+        assert_eq!(value(&text, dcgm::EXP_XID_ERRORS_COUNT, r#"xid="79""#), 1.0);
+        assert_eq!(value(&text, dcgm::EXP_XID_ERRORS_COUNT, busy), 0.0);
+        assert!(
+            !text.lines().any(|l| l.contains(busy) && l.contains("xid=")),
+            "{text}"
+        );
         assert_eq!(value(&text, dcgm::TOTAL_ENERGY_CONSUMPTION, busy), 0.0);
         // Two seconds later the counter holds two seconds of the power drawn.
         let later = encode(
             &samples(
                 &snapshot,
                 &draws,
-                &energy,
+                &counters,
                 &HashMap::new(),
                 start + Duration::from_secs(2),
             ),
@@ -624,7 +683,7 @@ mod tests {
         let mut sample = samples(
             &BTreeMap::from([("node-1".to_owned(), Arc::new(document()))]),
             &Draws::new(Duration::from_secs(10)),
-            &Energy::default(),
+            &Counters::default(),
             &HashMap::new(),
             Instant::now(),
         )

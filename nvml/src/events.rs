@@ -3,7 +3,10 @@
 //! marks it unhealthy and the kubelet stops offering it). A GPU healthy again may report again.
 //! Nothing else happens on a simulated GPU.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use crate::machine::Machine;
 
@@ -25,11 +28,11 @@ pub struct Fault {
 }
 
 /// One event set: the GPUs registered with it (by UUID, with the event types asked for) and
-/// the faults already delivered.
+/// the faults already delivered (the XID and when).
 #[derive(Debug, Default)]
 pub struct Registrations {
     registered: BTreeMap<String, u64>,
-    reported: BTreeSet<String>,
+    reported: BTreeMap<String, (u64, Instant)>,
 }
 
 impl Registrations {
@@ -38,27 +41,37 @@ impl Registrations {
         *self.registered.entry(uuid.to_owned()).or_default() |= types & SUPPORTED;
     }
 
-    /// The next fault `machine` (the document as it reads now) shows that this set has not been
-    /// told of: each GPU that reports an XID (injected, or implied by its faults or health: 79
-    /// for a GPU marked unhealthy). GPUs without a fault any more are forgotten, so a new fault
-    /// is told again.
-    pub fn next_fault(&mut self, machine: &Machine) -> Option<Fault> {
-        let faulty: BTreeMap<&str, u64> = machine
+    /// The next fault `machine` (the document as it reads `now`) shows that this set is due to
+    /// be told of: each GPU that reports an XID (injected, or implied by its faults or health:
+    /// 79 for a GPU marked unhealthy), once, or again each period of a recurring XID. A GPU
+    /// whose XID changed or went is forgotten, so a new fault is told again.
+    pub fn next_fault(&mut self, machine: &Machine, now: Instant) -> Option<Fault> {
+        let faulty: BTreeMap<&str, (u64, Option<Duration>)> = machine
             .devices
             .iter()
-            .filter_map(|d| Some((d.uuid.as_str(), u64::from(d.xid?))))
+            .filter_map(|d| Some((d.uuid.as_str(), (u64::from(d.xid?), d.xid_period))))
             .collect();
-        self.reported
-            .retain(|uuid| faulty.contains_key(uuid.as_str()));
+        self.reported.retain(|uuid, (xid, _)| {
+            faulty
+                .get(uuid.as_str())
+                .is_some_and(|(current, _)| current == xid)
+        });
         let (uuid, xid) = self
             .registered
             .iter()
             .filter(|(_, types)| *types & XID_CRITICAL_ERROR != 0)
             .find_map(|(uuid, _)| {
-                let xid = faulty.get(uuid.as_str())?;
-                (!self.reported.contains(uuid)).then(|| (uuid.clone(), *xid))
+                let (xid, period) = faulty.get(uuid.as_str())?;
+                let due = match (self.reported.get(uuid), period) {
+                    (None, _) => true,
+                    (Some((_, told)), Some(period)) => {
+                        now.saturating_duration_since(*told) >= *period
+                    }
+                    (Some(_), None) => false,
+                };
+                due.then(|| (uuid.clone(), *xid))
             })?;
-        self.reported.insert(uuid.clone());
+        self.reported.insert(uuid.clone(), (xid, now));
         Some(Fault {
             uuid,
             event_type: XID_CRITICAL_ERROR,
@@ -99,8 +112,8 @@ mod tests {
         set.register("GPU-0", XID_CRITICAL_ERROR);
         set.register("GPU-1", XID_CRITICAL_ERROR | DOUBLE_BIT_ECC_ERROR);
         set.register("GPU-2", SINGLE_BIT_ECC_ERROR);
-        assert_eq!(set.next_fault(&machine(&[])), None);
-        let fault = set.next_fault(&machine(&[1, 2]));
+        assert_eq!(set.next_fault(&machine(&[]), Instant::now()), None);
+        let fault = set.next_fault(&machine(&[1, 2]), Instant::now());
         assert_eq!(
             fault,
             Some(Fault {
@@ -110,11 +123,13 @@ mod tests {
             })
         );
         // Told once; GPU 2's set did not ask for XIDs.
-        assert_eq!(set.next_fault(&machine(&[1, 2])), None);
+        assert_eq!(set.next_fault(&machine(&[1, 2]), Instant::now()), None);
         // Healthy again, then faulty again: told again.
-        assert_eq!(set.next_fault(&machine(&[])), None);
+        assert_eq!(set.next_fault(&machine(&[]), Instant::now()), None);
         assert_eq!(
-            set.next_fault(&machine(&[1])).map(|f| f.uuid).as_deref(),
+            set.next_fault(&machine(&[1]), Instant::now())
+                .map(|f| f.uuid)
+                .as_deref(),
             Some("GPU-1")
         );
     }
@@ -125,6 +140,41 @@ mod tests {
         set.register("GPU-0", XID_CRITICAL_ERROR);
         let mut machine = machine(&[]);
         machine.devices[0].xid = Some(13);
-        assert_eq!(set.next_fault(&machine).map(|f| f.xid), Some(13));
+        assert_eq!(
+            set.next_fault(&machine, Instant::now()).map(|f| f.xid),
+            Some(13)
+        );
+    }
+
+    #[test]
+    fn a_recurring_xid_is_told_again_each_period() {
+        let mut set = Registrations::default();
+        set.register("GPU-0", XID_CRITICAL_ERROR);
+        let mut machine = machine(&[]);
+        machine.devices[0].xid = Some(79);
+        machine.devices[0].xid_period = Some(Duration::from_secs(10));
+        let start = Instant::now();
+        assert!(set.next_fault(&machine, start).is_some());
+        assert!(
+            set.next_fault(&machine, start + Duration::from_secs(9))
+                .is_none()
+        );
+        assert!(
+            set.next_fault(&machine, start + Duration::from_secs(10))
+                .is_some()
+        );
+        // Raised once: told once.
+        machine.devices[0].xid_period = None;
+        assert!(
+            set.next_fault(&machine, start + Duration::from_secs(60))
+                .is_none()
+        );
+        // Another XID is another fault.
+        machine.devices[0].xid = Some(48);
+        assert_eq!(
+            set.next_fault(&machine, start + Duration::from_secs(61))
+                .map(|f| f.xid),
+            Some(48)
+        );
     }
 }

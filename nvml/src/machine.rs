@@ -62,6 +62,8 @@ pub struct Device {
     /// The XID the GPU reports, if any: injected, or implied by its faults or health (see
     /// `GpuTopology::reported_xid`).
     pub xid: Option<u32>,
+    /// How long until that XID recurs; `None`: raised once.
+    pub xid_period: Option<std::time::Duration>,
 }
 
 /// NVML's `nvmlGpuTopologyLevel_t`: the closest thing two GPUs' PCIe paths share.
@@ -173,6 +175,7 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
         pcie_root: gpu.pcie_root.clone(),
         healthy: gpu.health.is_healthy(),
         xid: gpu.reported_xid(),
+        xid_period: gpu.xid_period(),
     }
 }
 

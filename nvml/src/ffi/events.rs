@@ -107,7 +107,9 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
         // A document that cannot be read now changes nothing: no fault is invented.
         let now = source.load().ok();
         let due = match sets().get_mut(&(set as usize)) {
-            Some(registrations) => now.and_then(|now| registrations.next_fault(&now)),
+            Some(registrations) => {
+                now.and_then(|now| registrations.next_fault(&now, Instant::now()))
+            }
             None => return ERROR_INVALID_ARGUMENT,
         };
         // Handles are the loaded machine's; a GPU the document gained since has none.
