@@ -453,6 +453,34 @@ pub fn hack(script: &str, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The devices of `node`'s `gpu.nvidia.com` ResourceSlices (the operator's for a KWOK node,
+/// the node agent's for a node with a kubelet) that carry NVIDIA's XID taint: (device, "value
+/// effect").
+pub async fn xid_taints(client: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
+    use fakegpu_api::names::resource::{GPU_DRIVER, XID_TAINT};
+    let slices: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(client.clone());
+    Ok(slices
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.driver == GPU_DRIVER && s.spec.node_name.as_deref() == Some(node))
+        .flat_map(|s| s.spec.devices.unwrap_or_default())
+        .flat_map(|device| {
+            let name = device.name;
+            device
+                .taints
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.key == XID_TAINT)
+                .map(move |t| {
+                    let value = t.value.unwrap_or_default();
+                    (name.clone(), format!("{value} {}", t.effect))
+                })
+        })
+        .collect())
+}
+
 /// A node's topology ConfigMap and its parsed document, if the operator wrote one.
 pub async fn topology_of(
     client: &Client,

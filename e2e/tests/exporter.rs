@@ -12,12 +12,9 @@ use anyhow::Context;
 use fakegpu_api::names::{annotation, condition, container_env, dcgm, label, metric, resource};
 use fakegpu_e2e::{
     annotate_node, create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod,
-    unique_name, warning_event,
+    unique_name, warning_event, xid_taints,
 };
-use k8s_openapi::api::{
-    core::v1::{Node, Pod},
-    resource::v1::ResourceSlice,
-};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
@@ -572,33 +569,6 @@ async fn gpus_and_fault(
     Ok((allocatable, fault))
 }
 
-/// The devices of the KWOK node's GPU slice that carry NVIDIA's XID taint: (device, "value
-/// effect").
-async fn slice_taints(client: &kube::Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let slices: Api<ResourceSlice> = Api::all(client.clone());
-    let Some(slice) = slices.get_opt(&format!("kwok-{node}-gpu")).await? else {
-        return Ok(Vec::new());
-    };
-    Ok(slice
-        .spec
-        .devices
-        .unwrap_or_default()
-        .into_iter()
-        .flat_map(|device| {
-            let name = device.name;
-            device
-                .taints
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| t.key == resource::XID_TAINT)
-                .map(move |t| {
-                    let value = t.value.unwrap_or_default();
-                    (name.clone(), format!("{value} {}", t.effect))
-                })
-        })
-        .collect())
-}
-
 #[tokio::test]
 async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
     let (client, pool, node, _namespace, cleanup) = kwok_scenario("faults").await?;
@@ -658,7 +628,7 @@ async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
         // NVIDIA's DRA driver's taint on the KWOK node's slice: XID 48 on GPU 1 and, for its
         // uncorrectable ECC errors, on GPU 2; none on the throttled GPU 3.
         eventually("the slice's devices tainted", CONVERGE, || async {
-            Ok((slice_taints(&client, &node).await?
+            Ok((xid_taints(&client, &node).await?
                 == [
                     ("gpu-1".to_owned(), "48 NoSchedule".to_owned()),
                     ("gpu-2".to_owned(), "48 NoSchedule".to_owned()),
@@ -708,7 +678,7 @@ async fn injected_faults_show_everywhere_and_clear() -> anyhow::Result<()> {
             let (gpus, fault) = gpus_and_fault(&client, &node).await?;
             let text = http_get(&exporter.address, "/metrics").unwrap_or_default();
             let xid = series_value(&text, dcgm::XID_ERRORS, &on("1"));
-            let untainted = slice_taints(&client, &node).await?.is_empty();
+            let untainted = xid_taints(&client, &node).await?.is_empty();
             Ok((gpus.as_deref() == Some("4") && fault.is_none() && xid == Some(0.0) && untainted)
                 .then_some(()))
         })

@@ -486,7 +486,7 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
         "the node agent's slice tainting gpu-0",
         CONVERGE,
         || async {
-            Ok((node_slice_taints(client, &node).await?
+            Ok((fakegpu_e2e::xid_taints(client, &node).await?
                 == [("gpu-0".to_owned(), "79 NoSchedule".to_owned())])
             .then_some(()))
         },
@@ -495,41 +495,12 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
     fakegpu_e2e::annotate_node(client, &node, annotation::GPU_FAULTS, None).await?;
     tainted?;
     eventually("the taint gone with the fault", CONVERGE, || async {
-        Ok(node_slice_taints(client, &node)
+        Ok(fakegpu_e2e::xid_taints(client, &node)
             .await?
             .is_empty()
             .then_some(()))
     })
     .await
-}
-
-/// The devices of `node`'s `gpu.nvidia.com` slices with NVIDIA's XID taint: (device, "value
-/// effect").
-async fn node_slice_taints(client: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
-    use k8s_openapi::api::resource::v1::ResourceSlice;
-    let slices: Api<ResourceSlice> = Api::all(client.clone());
-    Ok(slices
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|s| s.spec.driver == "gpu.nvidia.com" && s.spec.node_name.as_deref() == Some(node))
-        .flat_map(|s| s.spec.devices.unwrap_or_default())
-        .flat_map(|device| {
-            let name = device.name;
-            device
-                .taints
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| t.key == fakegpu_api::names::resource::XID_TAINT)
-                .map(move |t| {
-                    (
-                        name.clone(),
-                        format!("{} {}", t.value.unwrap_or_default(), t.effect),
-                    )
-                })
-        })
-        .collect())
 }
 
 /// The one GPU a claim's container sees: `nvidia-smi -L` lists exactly the GPU named by
