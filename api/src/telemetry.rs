@@ -8,7 +8,7 @@
 //! while the GPU is healthy.
 
 /// How busy a whole GPU is, and what bounds its readings.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Load {
     /// Percent, at most 100.
     pub utilization: u8,
@@ -98,6 +98,20 @@ impl Load {
     }
 }
 
+/// The utilization of a GPU or MIG instance for a reader without the exporter's draws (the
+/// NVML library reads only the document): each pod holding it at the middle of its range.
+pub fn settled_utilization(status: &crate::topology::GpuStatus) -> u8 {
+    let sum: u32 = status
+        .pod_gpu_usage_status
+        .values()
+        .map(|usage| {
+            let range = &usage.utilization;
+            (u32::from(range.min) + u32::from(range.max)) / 2
+        })
+        .sum();
+    u8::try_from(sum.min(100)).unwrap_or(100)
+}
+
 /// The load of a partitioned GPU from its instances' utilization and framebuffer: each
 /// instance weighs its share of the memory.
 pub fn partitioned_utilization(instances: impl IntoIterator<Item = (u8, u64)>, memory: u64) -> u8 {
@@ -144,6 +158,26 @@ mod tests {
             ..busy
         };
         assert_eq!((hot.gpu_temperature(), hot.sm_clock()), (90, 990));
+    }
+
+    #[test]
+    fn without_draws_each_pod_sits_at_the_middle_of_its_range() {
+        use crate::topology::{GpuStatus, PodGpuUsage, UtilizationBounds};
+        let pod = |min, max| PodGpuUsage {
+            utilization: UtilizationBounds { min, max },
+            fb_used: 0,
+            use_knative_utilization: false,
+        };
+        let mut status = GpuStatus::default();
+        assert_eq!(settled_utilization(&status), 0);
+        status.pod_gpu_usage_status.insert("a".into(), pod(20, 40));
+        status.pod_gpu_usage_status.insert("b".into(), pod(10, 10));
+        assert_eq!(settled_utilization(&status), 40);
+        // Shares that add up past the whole GPU read as a full one.
+        status
+            .pod_gpu_usage_status
+            .insert("c".into(), pod(100, 100));
+        assert_eq!(settled_utilization(&status), 100);
     }
 
     #[test]

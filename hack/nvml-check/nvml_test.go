@@ -238,8 +238,8 @@ func TestWhatIsNotThere(t *testing.T) {
 	path := "../../nvml/tests/documents/h100.yml"
 	lib := session(t, path, "")
 	dev, _ := lib.DeviceGetHandleByIndex(0)
-	if _, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.ERROR_NOT_SUPPORTED {
-		t.Errorf("temperature: %v, want ERROR_NOT_SUPPORTED", ret)
+	if _, ret := dev.GetFanSpeed(); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("fan speed: %v, want ERROR_NOT_SUPPORTED", ret)
 	}
 	if _, ret := dev.GetGpuFabricInfo(); ret != nvml.ERROR_NOT_SUPPORTED {
 		t.Errorf("fabric info: %v, want ERROR_NOT_SUPPORTED", ret)
@@ -311,5 +311,65 @@ func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
 	}
 	if _, ret := set.Wait(100); ret != nvml.ERROR_TIMEOUT {
 		t.Errorf("the same fault again: %v, want ERROR_TIMEOUT", ret)
+	}
+}
+
+// The sensors follow fakegpu's model (api/src/telemetry.rs, what the exporter and fakegpu's
+// nvidia-smi show): GPU 0 runs a pod at 40 % holding 30000 MiB and has injected ECC errors,
+// GPU 1 is idle and thermally throttled. The expected values are the model's for a 700 W H100.
+func TestSensorsFollowTheModel(t *testing.T) {
+	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := `  index: 0
+  faults:
+    eccCorrectable: 5
+    eccUncorrectable: 2
+  status:
+    allocatedBy: {namespace: team-a, pod: train-0, container: main}
+    podGpuUsageStatus:
+      uid-1: {utilization: {min: 40, max: 40}, fbUsed: 30000, useKnativeUtilization: false}
+`
+	text := strings.Replace(string(original), "  index: 0\n", busy, 1)
+	text = strings.Replace(text, "  index: 1\n", "  index: 1\n  faults: {thermalThrottling: true}\n", 1)
+	path := filepath.Join(t.TempDir(), "topology.yml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := session(t, path, "")
+	for i, want := range []struct {
+		temperature, powerMw, sm, utilization, memoryUtilization uint32
+		usedMiB, corrected, uncorrected                          uint64
+	}{
+		{48, 322000, 1980, 40, 16, 30000, 5, 2},
+		{90, 70000, 345, 0, 0, 0, 0, 0},
+	} {
+		dev, _ := lib.DeviceGetHandleByIndex(i)
+		what := func(name string) string { return fmt.Sprintf("GPU %d %s", i, name) }
+		temperature, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU)
+		check(t, what("temperature"), temperature, ret, want.temperature)
+		power, ret := dev.GetPowerUsage()
+		check(t, what("power mW"), power, ret, want.powerMw)
+		limit, ret := dev.GetPowerManagementLimit()
+		check(t, what("power limit mW"), limit, ret, uint32(700000))
+		enforced, ret := dev.GetEnforcedPowerLimit()
+		check(t, what("enforced power limit mW"), enforced, ret, uint32(700000))
+		sm, ret := dev.GetClockInfo(nvml.CLOCK_SM)
+		check(t, what("SM clock"), sm, ret, want.sm)
+		memoryClock, ret := dev.GetClockInfo(nvml.CLOCK_MEM)
+		check(t, what("memory clock"), memoryClock, ret, uint32(2619))
+		maxSm, ret := dev.GetMaxClockInfo(nvml.CLOCK_SM)
+		check(t, what("max SM clock"), maxSm, ret, uint32(1980))
+		utilization, ret := dev.GetUtilizationRates()
+		check(t, what("utilization"), utilization.Gpu, ret, want.utilization)
+		check(t, what("memory utilization"), utilization.Memory, ret, want.memoryUtilization)
+		memory, ret := dev.GetMemoryInfo()
+		check(t, what("memory used"), memory.Used, ret, want.usedMiB*mib)
+		check(t, what("memory free"), memory.Free, ret, (81559-want.usedMiB)*mib)
+		corrected, ret := dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
+		check(t, what("corrected ECC errors"), corrected, ret, want.corrected)
+		uncorrected, ret := dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC)
+		check(t, what("uncorrected ECC errors"), uncorrected, ret, want.uncorrected)
 	}
 }

@@ -1,7 +1,10 @@
 //! What NVML reports, computed from a node's topology document: pure, no FFI. The FFI layer
 //! ([`crate::ffi`]) only copies these values into the caller's buffers.
 
-use fakegpu_api::topology::{GpuTopology, MigDevice, NodeTopology};
+use fakegpu_api::{
+    telemetry::{Load, partitioned_utilization, settled_utilization},
+    topology::{GpuTopology, MigDevice, NodeTopology},
+};
 
 /// `nvmlBrandType_t` values.
 pub mod brand {
@@ -64,6 +67,13 @@ pub struct Device {
     pub xid: Option<u32>,
     /// How long until that XID recurs; `None`: raised once.
     pub xid_period: Option<std::time::Duration>,
+    /// How busy the GPU is (its pods at the middle of their ranges) and what bounds its
+    /// sensors: the model the exporter and fakegpu's nvidia-smi read (`fakegpu_api::telemetry`).
+    pub load: Load,
+    /// Framebuffer the pods hold, bytes.
+    pub memory_used_bytes: u64,
+    /// Injected ECC errors: (corrected, uncorrected).
+    pub ecc_errors: (u64, u64),
 }
 
 /// NVML's `nvmlGpuTopologyLevel_t`: the closest thing two GPUs' PCIe paths share.
@@ -105,6 +115,8 @@ pub struct MigInstance {
     /// One compute instance per GPU instance, the whole of it: ID 0.
     pub compute_instance_id: u32,
     pub memory_bytes: u64,
+    /// Framebuffer the pods on the instance hold, bytes.
+    pub memory_used_bytes: u64,
 }
 
 /// A GPU's PCI identity.
@@ -176,6 +188,27 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
         healthy: gpu.health.is_healthy(),
         xid: gpu.reported_xid(),
         xid_period: gpu.xid_period(),
+        load: Load {
+            utilization: if gpu.mig_devices.is_empty() {
+                settled_utilization(&gpu.status)
+            } else {
+                partitioned_utilization(
+                    gpu.mig_devices
+                        .iter()
+                        .map(|m| (settled_utilization(&m.status), m.memory)),
+                    document.gpu_memory,
+                )
+            },
+            power_limit: (document.power_limit_watts > 0).then_some(document.power_limit_watts),
+            thermal_throttling: gpu.faults.thermal_throttling,
+        },
+        memory_used_bytes: gpu
+            .statuses()
+            .map(|(_, status)| status.memory_used(document.gpu_memory))
+            .sum::<u64>()
+            .min(document.gpu_memory)
+            * MIB,
+        ecc_errors: (gpu.faults.ecc_correctable, gpu.faults.ecc_uncorrectable),
     }
 }
 
@@ -186,6 +219,7 @@ fn mig_instance(product: &str, mig: &MigDevice) -> MigInstance {
         gpu_instance_id: mig.gpu_instance_id(),
         compute_instance_id: 0,
         memory_bytes: mig.memory * MIB,
+        memory_used_bytes: mig.status.memory_used(mig.memory) * MIB,
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod events;
 mod not_supported;
+mod sensors;
 
 use std::{
     ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void},
@@ -151,6 +152,13 @@ impl Handle {
         match self {
             Self::Gpu(d) => d.memory_bytes,
             Self::Mig(_, i) => i.memory_bytes,
+        }
+    }
+
+    fn memory_used_bytes(&self) -> u64 {
+        match self {
+            Self::Gpu(d) => d.memory_used_bytes,
+            Self::Mig(_, i) => i.memory_used_bytes,
         }
     }
 }
@@ -448,13 +456,14 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: DeviceHandle, out: *mut Memory) -> Return {
     answer(resolve(handle).map(|h| {
         let total = h.memory_bytes();
+        let used = h.memory_used_bytes().min(total);
         unsafe {
             put(
                 out,
                 Memory {
                     total,
-                    free: total,
-                    used: 0,
+                    free: total - used,
+                    used,
                 },
             )
         }

@@ -51,7 +51,6 @@ not_supported! {
     nvmlDeviceGetCapabilities
     nvmlDeviceGetClkMonStatus
     nvmlDeviceGetClock
-    nvmlDeviceGetClockInfo
     nvmlDeviceGetClockOffsets
     nvmlDeviceGetComputeMode
     nvmlDeviceGetComputeRunningProcesses
@@ -85,7 +84,6 @@ not_supported! {
     nvmlDeviceGetEncoderSessions
     nvmlDeviceGetEncoderStats
     nvmlDeviceGetEncoderUtilization
-    nvmlDeviceGetEnforcedPowerLimit
     nvmlDeviceGetFBCSessions
     nvmlDeviceGetFBCStats
     nvmlDeviceGetFanControlPolicy_v2
@@ -131,7 +129,6 @@ not_supported! {
     nvmlDeviceGetMPSComputeRunningProcesses_v2
     nvmlDeviceGetMPSComputeRunningProcesses_v3
     nvmlDeviceGetMarginTemperature
-    nvmlDeviceGetMaxClockInfo
     nvmlDeviceGetMaxCustomerBoostClock
     nvmlDeviceGetMaxPcieLinkGeneration
     nvmlDeviceGetMaxPcieLinkWidth
@@ -175,14 +172,11 @@ not_supported! {
     nvmlDeviceGetPersistenceMode
     nvmlDeviceGetPgpuMetadataString
     nvmlDeviceGetPlatformInfo
-    nvmlDeviceGetPowerManagementDefaultLimit
-    nvmlDeviceGetPowerManagementLimit
     nvmlDeviceGetPowerManagementLimitConstraints
     nvmlDeviceGetPowerManagementMode
     nvmlDeviceGetPowerMizerMode_v1
     nvmlDeviceGetPowerSource
     nvmlDeviceGetPowerState
-    nvmlDeviceGetPowerUsage
     nvmlDeviceGetProcessUtilization
     nvmlDeviceGetProcessesUtilizationInfo
     nvmlDeviceGetRemappedRows
@@ -204,15 +198,12 @@ not_supported! {
     nvmlDeviceGetSupportedPerformanceStates
     nvmlDeviceGetSupportedVgpus
     nvmlDeviceGetTargetFanSpeed
-    nvmlDeviceGetTemperature
     nvmlDeviceGetTemperatureThreshold
     nvmlDeviceGetTemperatureV
     nvmlDeviceGetThermalSettings
     nvmlDeviceGetTopologyNearestGpus
-    nvmlDeviceGetTotalEccErrors
     nvmlDeviceGetTotalEnergyConsumption
     nvmlDeviceGetUnrepairableMemoryFlag_v1
-    nvmlDeviceGetUtilizationRates
     nvmlDeviceGetVbiosVersion
     nvmlDeviceGetVgpuCapabilities
     nvmlDeviceGetVgpuHeterogeneousMode
