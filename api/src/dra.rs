@@ -27,6 +27,9 @@ pub mod attribute {
     pub const TYPE_GPU: &str = "gpu";
     pub const UUID: &str = "uuid";
     pub const PRODUCT_NAME: &str = "productName";
+    /// The reference fake GPU operator's name for the product (it publishes the same value as
+    /// `productName`), kept so that selectors written for it still match.
+    pub const MODEL: &str = "model";
     pub const BRAND: &str = "brand";
     pub const ARCHITECTURE: &str = "architecture";
     pub const CUDA_COMPUTE_CAPABILITY: &str = "cudaComputeCapability";
@@ -36,6 +39,9 @@ pub mod attribute {
     pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
     /// Kubernetes' standard attribute; GPUs of one NUMA zone share a root.
     pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+    /// Kubernetes' standard attribute (an int), which NVIDIA's newer drivers publish, so that
+    /// `matchAttribute` can keep a claim's GPUs, NICs and CPUs on one NUMA node.
+    pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
     /// Capacity: framebuffer in bytes.
     pub const MEMORY: &str = "memory";
     pub const TYPE_MIG: &str = "mig";
@@ -133,6 +139,7 @@ fn common_attributes(
     use attribute::*;
     let mut attributes = BTreeMap::from([
         (PRODUCT_NAME.to_owned(), string(&topology.gpu_product)),
+        (MODEL.to_owned(), string(&topology.gpu_product)),
         (BRAND.to_owned(), string(&topology.brand)),
         (ARCHITECTURE.to_owned(), string(&topology.architecture)),
     ]);
@@ -149,6 +156,13 @@ fn common_attributes(
     if !gpu.pci_bus_id.is_empty() {
         attributes.insert(PCI_BUS_ID.to_owned(), string(&gpu.pci_bus_id));
         attributes.insert(PCIE_ROOT.to_owned(), string(&gpu.pcie_root));
+    }
+    if let Some(zone) = gpu.numa_node {
+        let int = DeviceAttribute {
+            int: Some(i64::from(zone)),
+            ..Default::default()
+        };
+        attributes.insert(NUMA_NODE.to_owned(), int);
     }
     attributes
 }
@@ -414,6 +428,7 @@ mod tests {
                     index,
                     pci_bus_id: format!("0000:0{}:00.0", index + 1),
                     pcie_root: "pci0000:00".into(),
+                    numa_node: Some(0),
                     ..Default::default()
                 })
                 .collect(),
@@ -503,6 +518,8 @@ mod tests {
         assert_eq!(text("cudaDriverVersion"), "12.4.0");
         assert_eq!(text("resource.kubernetes.io/pciBusID"), "0000:02:00.0");
         assert_eq!(text("resource.kubernetes.io/pcieRoot"), "pci0000:00");
+        assert_eq!(text("model"), text("productName"));
+        assert_eq!(attributes["resource.kubernetes.io/numaNode"].int, Some(0));
         // Versions are typed as versions, so CEL's semver comparisons work on them.
         assert!(attributes["driverVersion"].string.is_none());
         let memory = &device.capacity.as_ref().expect("capacity")["memory"];
@@ -513,9 +530,11 @@ mod tests {
     fn unknown_capability_is_left_out_rather_than_invented() {
         let mut topology = topology();
         topology.compute_capability.clear();
+        topology.gpus[0].numa_node = None;
         let devices = gpu_devices(&topology);
         let attributes = devices[0].attributes.as_ref().expect("attributes");
         assert!(!attributes.contains_key("cudaComputeCapability"));
+        assert!(!attributes.contains_key("resource.kubernetes.io/numaNode"));
     }
 
     #[test]
@@ -565,6 +584,8 @@ mod tests {
             Some(topology.gpus[0].id.as_str())
         );
         assert_eq!(attributes["profile"].string.as_deref(), Some("1g.10gb+me"));
+        // A MIG device sits on its parent's NUMA node.
+        assert_eq!(attributes["resource.kubernetes.io/numaNode"].int, Some(0));
         let capacity = mig.capacity.as_ref().expect("capacity");
         assert_eq!(capacity["memory"].value.0, "9856Mi");
         assert_eq!(capacity["multiprocessors"].value.0, "14");
