@@ -96,6 +96,9 @@ impl fmt::Display for ComputeCapability {
 /// Memory slices of a MIG-capable GPU; instances occupy aligned runs of them.
 pub const MIG_MEMORY_SLICES: u32 = 8;
 
+/// Compute slices of a MIG-capable GPU (the `7` of `7g.80gb`).
+pub const MIG_COMPUTE_SLICES: u32 = 7;
+
 /// One MIG GPU-instance profile a product supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MigProfile {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +372,101 @@ func TestSensorsFollowTheModel(t *testing.T) {
 		check(t, what("corrected ECC errors"), corrected, ret, want.corrected)
 		uncorrected, ret := dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC)
 		check(t, what("uncorrected ECC errors"), uncorrected, ret, want.uncorrected)
+	}
+}
+
+// MIG profiles and instances as the driver numbers them: go-nvlib names a MIG device's
+// profile from its GPU and compute instance and their profiles (NVIDIA's device plugin calls
+// its `nvidia.com/mig-*` resources by that name), and lists the profiles a GPU offers from
+// the GPU-instance profile queries. An A100 80GB offers what `nvidia-smi mig -lgip` lists.
+func TestMigProfilesAreTheDrivers(t *testing.T) {
+	path := "../../nvml/tests/documents/a100-mig.yml"
+	doc := read(t, path)
+	lib := session(t, path, "")
+	devices := device.New(lib)
+
+	whole, _ := lib.DeviceGetHandleByIndex(0)
+	wrapped, err := devices.NewDevice(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles, err := wrapped.GetMigProfiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range profiles {
+		if info := p.GetInfo(); info.C == info.G {
+			names = append(names, p.String())
+		}
+	}
+	// go-nvlib lists a profile once per compute-instance profile index of its size
+	// (1_SLICE and 1_SLICE_REV1 are both one slice), whatever the library answers.
+	slices.Sort(names)
+	names = slices.Compact(names)
+	want := []string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
+	if !slices.Equal(names, want) {
+		t.Errorf("profiles of an A100 80GB: %v, want %v", names, want)
+	}
+	// go-nvlib adds the compute-instance subdivisions of each (1c.3g.40gb, ...).
+	if len(profiles) <= len(want) {
+		t.Errorf("%d profiles: no compute-instance profiles", len(profiles))
+	}
+
+	threeG, ret := whole.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	check(t, "3g profile ID", threeG.Id, ret, 9)
+	check(t, "3g memory", threeG.MemorySizeMB, ret, 40192)
+	placements, ret := whole.GetGpuInstancePossiblePlacements(&threeG)
+	check(t, "3g placements", fmt.Sprint(placements), ret, "[{0 4} {4 4}]")
+	oneG, ret := whole.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	check(t, "1g profile ID", oneG.Id, ret, 19)
+	left, ret := whole.GetGpuInstanceRemainingCapacity(&oneG)
+	check(t, "1g instances left on an empty GPU", left, ret, 7)
+	if _, ret := whole.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_8_SLICE); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("an 8-slice profile on an A100: %v, want ERROR_NOT_SUPPORTED", ret)
+	}
+	v3, ret := whole.GetGpuInstanceProfileInfoV(nvml.GPU_INSTANCE_PROFILE_7_SLICE).V3()
+	check(t, "7g name (v3)", cString(v3.Name[:]), ret, "MIG 7g.80gb")
+	check(t, "7g slices (v3)", v3.SliceCount, ret, 7)
+
+	split, _ := lib.DeviceGetHandleByIndex(1)
+	full, ret := split.GetGpuInstanceRemainingCapacity(&oneG)
+	check(t, "1g instances left beside 4g + 2g + 1g", full, ret, 0)
+	wrappedSplit, err := devices.NewDevice(split)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migs, err := wrappedSplit.GetMigDevices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, want := range doc.Gpus[1].MigDevices {
+		profile, err := migs[j].GetProfile()
+		if err != nil {
+			t.Fatalf("MIG device %d: %v", j, err)
+		}
+		check(t, "go-nvlib's profile name", profile.String(), nvml.SUCCESS, want.Profile)
+
+		giID, _ := migs[j].GetGpuInstanceId()
+		gi, ret := split.GetGpuInstanceById(giID)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("GPU instance %d: %v", giID, ret)
+		}
+		info, ret := gi.GetInfo()
+		check(t, "GPU instance ID", info.Id, ret, uint32(giID))
+		check(t, "placement", fmt.Sprint(info.Placement), ret, fmt.Sprintf("{%d %d}", want.PlacementStart, want.MemorySlices))
+		check(t, "GPU instance's device", info.Device, ret, split)
+		ci, ret := gi.GetComputeInstanceById(0)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("compute instance 0 of GPU instance %d: %v", giID, ret)
+		}
+		ciInfo, ret := ci.GetInfo()
+		check(t, "compute instance's GPU instance", ciInfo.GpuInstance, ret, gi)
+		attributes, ret := migs[j].GetAttributes()
+		check(t, "compute instance spans the GPU instance", ciInfo.Placement.Size, ret, attributes.GpuInstanceSliceCount)
+		check(t, "MIG memory (attributes)", attributes.MemorySizeMB, ret, want.Memory)
+	}
+	if _, ret := split.GetGpuInstanceById(99); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("a GPU instance that is not there: %v, want ERROR_NOT_FOUND", ret)
 	}
 }

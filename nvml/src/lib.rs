@@ -4,6 +4,7 @@
 //! operator published for the node.
 //!
 //! - [`machine`]: what NVML reports, computed from the document (pure);
+//! - [`mig`]: GPU- and compute-instance profiles and instances, as the driver numbers them;
 //! - [`source`]: where the document is read from, and which GPUs this process sees;
 //! - [`events`]: the XID errors GPUs the document marks unhealthy raise;
 //! - `ffi`: the C ABI, the crate's only unsafe code, with every other NVML function of
@@ -13,6 +14,7 @@
 pub mod events;
 mod ffi;
 pub mod machine;
+pub mod mig;
 pub mod source;
 
 pub use ffi::{

@@ -2,9 +2,12 @@
 //! ([`crate::ffi`]) only copies these values into the caller's buffers.
 
 use fakegpu_api::{
+    profiles::profile_by_product,
     telemetry::{Load, partitioned_utilization, settled_utilization},
     topology::{GpuTopology, MigDevice, NodeTopology},
 };
+
+use crate::mig::{ComputeInstance, GiProfile, GpuInstance, gi_profiles, instances};
 
 /// `nvmlBrandType_t` values.
 pub mod brand {
@@ -56,6 +59,9 @@ pub struct Device {
     /// MIG mode on (the document partitions the GPU) and its instances.
     pub mig_enabled: bool,
     pub mig_devices: Vec<MigInstance>,
+    /// The GPU-instance profiles the product offers (its catalog entry's); none for a product
+    /// outside the catalog or one without MIG.
+    pub gi_profiles: Vec<GiProfile>,
     /// Where the GPU hangs off the host: its NUMA node and its PCIe root complex.
     pub numa_node: Option<u32>,
     pub pcie_root: String,
@@ -111,9 +117,11 @@ pub struct MigInstance {
     pub uuid: String,
     /// NVML names a MIG device after its GPU and profile: `NVIDIA A100-SXM4-80GB MIG 1g.10gb`.
     pub name: String,
-    pub gpu_instance_id: u32,
-    /// One compute instance per GPU instance, the whole of it: ID 0.
-    pub compute_instance_id: u32,
+    /// Its GPU instance; `nvmlGpuInstance_t` handles are this field's address.
+    pub gpu_instance: GpuInstance,
+    /// One compute instance per GPU instance, the whole of it; `nvmlComputeInstance_t`
+    /// handles are this field's address.
+    pub compute_instance: ComputeInstance,
     pub memory_bytes: u64,
     /// Framebuffer the pods on the instance hold, bytes.
     pub memory_used_bytes: u64,
@@ -183,6 +191,9 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
         architecture: architecture_of(&document.architecture),
         mig_enabled: !gpu.mig_devices.is_empty(),
         mig_devices,
+        gi_profiles: profile_by_product(&document.gpu_product)
+            .map(|product| gi_profiles(product.mig_profiles))
+            .unwrap_or_default(),
         numa_node: gpu.numa_node,
         pcie_root: gpu.pcie_root.clone(),
         healthy: gpu.health.is_healthy(),
@@ -213,11 +224,12 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
 }
 
 fn mig_instance(product: &str, mig: &MigDevice) -> MigInstance {
+    let (gpu_instance, compute_instance) = instances(mig);
     MigInstance {
         uuid: mig.uuid.clone(),
         name: format!("{product} MIG {}", mig.profile),
-        gpu_instance_id: mig.gpu_instance_id(),
-        compute_instance_id: 0,
+        gpu_instance,
+        compute_instance,
         memory_bytes: mig.memory * MIB,
         memory_used_bytes: mig.status.memory_used(mig.memory) * MIB,
     }
@@ -399,7 +411,7 @@ mod tests {
         let mig = &second.mig_devices[0];
         assert_eq!(mig.name, "NVIDIA A100-SXM4-80GB MIG 3g.40gb");
         // A half-GPU instance at slice 4 is the driver's GI 2.
-        assert_eq!(mig.gpu_instance_id, 2);
+        assert_eq!(mig.gpu_instance.id, 2);
     }
 
     #[test]

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use crate::{
     pool::{GpuNodePoolSpec, MigStrategy},
-    profiles::{GpuProfile, MIG_MEMORY_SLICES as MEMORY_SLICES, MigProfile},
+    profiles::{
+        GpuProfile, MIG_COMPUTE_SLICES as COMPUTE_SLICES, MIG_MEMORY_SLICES as MEMORY_SLICES,
+        MigProfile,
+    },
 };
-
-/// Compute slices of one GPU (its memory slices are [`MEMORY_SLICES`]).
-const COMPUTE_SLICES: u32 = 7;
 
 /// One MIG instance on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +102,7 @@ fn size(profile: &MigProfile) -> u32 {
 /// memory size whose compute slices stay within the seven (`start + compute <= 7`). So on an
 /// A100 or H100 a 1g starts at 0-6, a 2g at 0, 2 or 4, a 3g at 0 or 4, a 4g at 0 only, and
 /// memory slice 7 is reached only by a 3g at 4, a two-slice 1g at 6 or the whole GPU.
-pub(super) fn placements(profile: &MigProfile) -> impl Iterator<Item = u32> {
+pub fn placements(profile: &MigProfile) -> impl Iterator<Item = u32> {
     let size = size(profile);
     let compute = profile.compute_slices;
     (0..=MEMORY_SLICES - size)

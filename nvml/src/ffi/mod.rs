@@ -4,6 +4,7 @@
 #![allow(unsafe_code, clippy::missing_safety_doc)]
 
 mod events;
+mod mig;
 mod not_supported;
 mod sensors;
 
@@ -575,7 +576,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     handle: DeviceHandle,
     out: *mut c_uint,
 ) -> Return {
-    answer(mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe { put(out, i.gpu_instance_id) }))
+    answer(mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe { put(out, i.gpu_instance.id) }))
 }
 
 #[unsafe(no_mangle)]
@@ -584,6 +585,6 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     out: *mut c_uint,
 ) -> Return {
     answer(
-        mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe { put(out, i.compute_instance_id) }),
+        mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe { put(out, i.compute_instance.id) }),
     )
 }

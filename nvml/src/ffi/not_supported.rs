@@ -16,8 +16,6 @@ macro_rules! not_supported {
 
 not_supported! {
     nvmlComputeInstanceDestroy
-    nvmlComputeInstanceGetInfo
-    nvmlComputeInstanceGetInfo_v2
     nvmlDeviceClearAccountingPids
     nvmlDeviceClearCpuAffinity
     nvmlDeviceClearEccErrorCounts
@@ -37,8 +35,6 @@ not_supported! {
     nvmlDeviceGetAdaptiveTgpModeInfo_v1
     nvmlDeviceGetAddressingMode
     nvmlDeviceGetApplicationsClock
-    nvmlDeviceGetAttributes
-    nvmlDeviceGetAttributes_v2
     nvmlDeviceGetAutoBoostedClocksEnabled
     nvmlDeviceGetBAR1MemoryInfo
     nvmlDeviceGetBBXTimeData_v1
@@ -96,14 +92,7 @@ not_supported! {
     nvmlDeviceGetGpuFabricInfo
     nvmlDeviceGetGpuFabricInfoV
     nvmlDeviceGetGpuFabricInfo_v4
-    nvmlDeviceGetGpuInstanceById
     nvmlDeviceGetGpuInstancePossiblePlacements
-    nvmlDeviceGetGpuInstancePossiblePlacements_v2
-    nvmlDeviceGetGpuInstanceProfileInfo
-    nvmlDeviceGetGpuInstanceProfileInfoByIdV
-    nvmlDeviceGetGpuInstanceProfileInfoV
-    nvmlDeviceGetGpuInstanceRemainingCapacity
-    nvmlDeviceGetGpuInstances
     nvmlDeviceGetGpuMaxPcieLinkGeneration
     nvmlDeviceGetGpuOperationMode
     nvmlDeviceGetGraphicsRunningProcesses
@@ -307,14 +296,8 @@ not_supported! {
     nvmlGpuInstanceCreateComputeInstanceWithPlacement
     nvmlGpuInstanceDestroy
     nvmlGpuInstanceGetActiveVgpus
-    nvmlGpuInstanceGetComputeInstanceById
     nvmlGpuInstanceGetComputeInstancePossiblePlacements
-    nvmlGpuInstanceGetComputeInstanceProfileInfo
-    nvmlGpuInstanceGetComputeInstanceProfileInfoV
-    nvmlGpuInstanceGetComputeInstanceRemainingCapacity
-    nvmlGpuInstanceGetComputeInstances
     nvmlGpuInstanceGetCreatableVgpus
-    nvmlGpuInstanceGetInfo
     nvmlGpuInstanceGetVgpuHeterogeneousMode
     nvmlGpuInstanceGetVgpuSchedulerLog
     nvmlGpuInstanceGetVgpuSchedulerLog_v2
