@@ -109,21 +109,23 @@ pub fn desired_labels(
 
 /// GPU feature discovery's MIG labels. `single`: the product gains `-MIG-<profile>`, the count
 /// and memory are the instances', plus multiprocessors and slices. `mixed`: per profile,
-/// `nvidia.com/mig-<profile>.count`, `.memory`, `.multiprocessors`, `.slices.gi`, `.slices.ci`
-/// and `.engines.*`.
+/// `nvidia.com/mig-<profile>.count`, `.product`, `.replicas`, `.sharing-strategy`, `.memory`,
+/// `.multiprocessors`, `.slices.gi`, `.slices.ci` and `.engines.*`.
 fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String)) {
     let counts = plan.counts();
+    // `NVIDIA-A100-SXM4-40GB-MIG-1g.5gb`: GFD's product for an instance, under either
+    // strategy; sanitised again so that a long custom product still makes a label value.
+    let mig_product = |profile: &str| {
+        product_label_value(&format!(
+            "{}-MIG-{}",
+            product_label_value(product),
+            published_mig_name(profile)
+        ))
+    };
     match plan.strategy {
         MigStrategy::Single => {
             if let Some((_, profile)) = counts.values().next() {
-                set(
-                    label::GPU_PRODUCT,
-                    format!(
-                        "{}-MIG-{}",
-                        product_label_value(product),
-                        published_mig_name(profile.name)
-                    ),
-                );
+                set(label::GPU_PRODUCT, mig_product(profile.name));
                 set(label::GPU_COUNT, plan.instances().to_string());
                 set(label::GPU_MEMORY, profile.memory_mib.to_string());
                 set(
@@ -139,9 +141,14 @@ fn mig_labels(plan: &MigPlan, product: &str, set: &mut impl FnMut(&str, String))
         }
         MigStrategy::Mixed => {
             for (name, (count, profile)) in counts {
-                let name = published_mig_name(name);
-                let key = |suffix: &str| format!("{}{name}.{suffix}", label::MIG_PROFILE_PREFIX);
+                let published = published_mig_name(name);
+                let key =
+                    |suffix: &str| format!("{}{published}.{suffix}", label::MIG_PROFILE_PREFIX);
                 set(&key("count"), count.to_string());
+                set(&key("product"), mig_product(name));
+                // No sharing of MIG instances: what GFD writes without a sharing config.
+                set(&key("replicas"), "1".into());
+                set(&key("sharing-strategy"), "none".into());
                 set(&key("memory"), profile.memory_mib.to_string());
                 set(&key("multiprocessors"), profile.multiprocessors.to_string());
                 set(&key("slices.gi"), profile.compute_slices.to_string());
@@ -256,6 +263,12 @@ mod tests {
             ("nvidia.com/mig-3g.40gb.engines.encoder", "0"),
             ("nvidia.com/mig-3g.40gb.engines.jpeg", "0"),
             ("nvidia.com/mig-1g.10gb.engines.ofa", "0"),
+            (
+                "nvidia.com/mig-1g.10gb.product",
+                "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+            ),
+            ("nvidia.com/mig-1g.10gb.replicas", "1"),
+            ("nvidia.com/mig-1g.10gb.sharing-strategy", "none"),
         ] {
             assert_eq!(mixed.get(key).map(String::as_str), Some(value), "{key}");
         }
@@ -357,6 +370,10 @@ mod tests {
         };
         let mixed = labels_of(layout("mixed"), true);
         assert_eq!(mixed["nvidia.com/mig-1g.10gb.me.count"], "1");
+        assert_eq!(
+            mixed["nvidia.com/mig-1g.10gb.me.product"],
+            "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
+        );
         assert!(mixed.keys().all(|k| !k.contains('+')), "{mixed:#?}");
         let single = labels_of(layout("single"), true);
         assert_eq!(
