@@ -1480,6 +1480,114 @@ async fn nvidia_s_own_components_run_against_a_mock_pool_s_driver_root() -> anyh
     Ok(())
 }
 
+/// The node's document as the pool's driver root holds it, once it is the operator's: what
+/// the library NVIDIA's components load answers from.
+async fn driver_root_document(
+    client: &Client,
+    node: &str,
+    pool: &str,
+) -> anyhow::Result<NodeTopology> {
+    use fakegpu_api::names::nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR};
+    let document = pool_document(client, node, pool).await?;
+    let beside = std::path::Path::new(DRIVER_ROOT)
+        .join(LIBRARY_DIR)
+        .join(DOCUMENT_BESIDE_LIBRARY);
+    eventually(
+        "the node's document in the driver root",
+        CONVERGE,
+        || async {
+            let text = std::fs::read_to_string(&beside).unwrap_or_default();
+            Ok(NodeTopology::from_yaml(&text)
+                .is_ok_and(|laid_out| laid_out.gpus == document.gpus)
+                .then_some(()))
+        },
+    )
+    .await?;
+    Ok(document)
+}
+
+/// GPU feature discovery's labels are the ones fakegpu wrote on the node, key for key (fakegpu
+/// does not write the DMI machine name, and writes what GFD leaves to NFD and the GPU
+/// Operator).
+async fn gfd_labels_as_fakegpu(
+    client: &Client,
+    node: &str,
+    gfd: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let node_labels = Api::<Node>::all(client.clone())
+        .get(node)
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    let differing: Vec<_> = gfd
+        .iter()
+        .filter(|(k, _)| k.as_str() != "nvidia.com/gpu.machine")
+        .filter(|(k, v)| node_labels.get(*k) != Some(*v))
+        .collect();
+    ensure!(
+        differing.is_empty(),
+        "GFD labels fakegpu's differ from: {differing:?}"
+    );
+    let only_fakegpu: Vec<_> = node_labels
+        .keys()
+        .filter(|k| k.starts_with("nvidia.com/") && !gfd.contains_key(*k))
+        .filter(|k| *k != label::GPU_PRESENT && !k.starts_with("nvidia.com/gpu.deploy."))
+        .collect();
+    ensure!(
+        only_fakegpu.is_empty(),
+        "labels GFD does not write: {only_fakegpu:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node, the bundle in-cluster and hack/nvidia-components.sh: hack/test.sh runs it"]
+async fn nvidia_s_feature_discovery_sees_a_mock_pool_s_mig_layout() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-mock-mig",
+        json!({"gpu": {"profile": "a100", "count": 2, "backend": "mock"},
+            "interfaces": {"devicePlugin": true},
+            "mig": {"strategy": "mixed", "layout": [
+                {"gpus": [0], "profiles": ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb+me"]}]}}),
+        mock_mig,
+    )
+    .await
+}
+
+/// Under `mixed`, GFD names each MIG profile from the library's GPU- and compute-instance
+/// answers (through go-nvlib) and counts its instances: its labels must be fakegpu's, the
+/// `+me` profile published with a dot and the per-profile product, replicas and sharing
+/// strategy included.
+async fn mock_mig(client: &Client, pool: &str, _namespace: &str) -> anyhow::Result<()> {
+    let node = real_node();
+    agents_ready(client, &node, &["fakegpu-driver-root"]).await?;
+    let document = driver_root_document(client, &node, pool).await?;
+    ensure!(
+        document.gpus[0].mig_devices.len() == 4,
+        "the document's layout: {:?}",
+        document.gpus[0].mig_devices
+    );
+    let root = std::path::Path::new(fakegpu_api::names::nvml::DRIVER_ROOT);
+    let gfd = gpu_feature_discovery(root, &["--mig-strategy=mixed"])?;
+    for (key, value) in [
+        ("nvidia.com/mig.strategy", "mixed"),
+        ("nvidia.com/mig-1g.5gb.count", "1"),
+        ("nvidia.com/mig-1g.5gb.me.count", "1"),
+        (
+            "nvidia.com/mig-3g.20gb.product",
+            "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+        ),
+    ] {
+        ensure!(
+            gfd.get(key).map(String::as_str) == Some(value),
+            "GFD {key}: {:?}, want {value} (all: {gfd:#?})",
+            gfd.get(key)
+        );
+    }
+    gfd_labels_as_fakegpu(client, &node, &gfd).await
+}
+
 /// NVIDIA's binaries, built by hack/nvidia-components.sh.
 fn nvidia_binary(name: &str) -> anyhow::Result<std::path::PathBuf> {
     let path = fakegpu_e2e::repo_root()
@@ -1496,7 +1604,10 @@ fn nvidia_binary(name: &str) -> anyhow::Result<std::path::PathBuf> {
 /// GPU feature discovery, once, against the driver root: its library path and, in a mount
 /// namespace of its own (the host's sysfs stays as it is), the root's PCI functions where it
 /// reads them. Returns the labels it writes.
-fn gpu_feature_discovery(root: &std::path::Path) -> anyhow::Result<BTreeMap<String, String>> {
+fn gpu_feature_discovery(
+    root: &std::path::Path,
+    args: &[&str],
+) -> anyhow::Result<BTreeMap<String, String>> {
     use fakegpu_api::names::nvml::{LIBRARY_DIR, PCI_DEVICES};
     let scratch = std::env::temp_dir().join(unique_name("gfd"));
     std::fs::create_dir_all(&scratch)?;
@@ -1509,6 +1620,7 @@ fn gpu_feature_discovery(root: &std::path::Path) -> anyhow::Result<BTreeMap<Stri
         .arg(root.join(PCI_DEVICES))
         .arg(nvidia_binary("gpu-feature-discovery")?)
         .args(["--oneshot", "--no-timestamp", "--fail-on-init-error"])
+        .args(args)
         .arg(format!("--output-file={}", output.display()))
         .arg(format!("--machine-type-file={}", machine.display()))
         .env("LD_LIBRARY_PATH", root.join(LIBRARY_DIR))
@@ -1532,7 +1644,7 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
         GpuNodePool,
         names::{
             annotation::GPU_FAULTS,
-            nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
+            nvml::{DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
         },
     };
     let node = real_node();
@@ -1551,53 +1663,14 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
         "the pool's status names no driver root"
     );
 
-    // The library NVIDIA's components load answers from the node's document.
-    let document = pool_document(client, &node, pool).await?;
-    let beside = root.join(LIBRARY_DIR).join(DOCUMENT_BESIDE_LIBRARY);
-    eventually(
-        "the node's document in the driver root",
-        CONVERGE,
-        || async {
-            let text = std::fs::read_to_string(&beside).unwrap_or_default();
-            Ok(NodeTopology::from_yaml(&text)
-                .is_ok_and(|laid_out| laid_out.gpus == document.gpus)
-                .then_some(()))
-        },
-    )
-    .await?;
+    let document = driver_root_document(client, &node, pool).await?;
     ensure!(root.join(LIBRARY_DIR).join(LIBRARY_SONAME).is_file());
-
-    // GPU feature discovery labels the node as fakegpu did (fakegpu does not write the DMI
-    // machine name, and writes what GFD leaves to NFD and the GPU Operator).
-    let gfd = gpu_feature_discovery(root)?;
-    let node_labels = Api::<Node>::all(client.clone())
-        .get(&node)
-        .await?
-        .metadata
-        .labels
-        .unwrap_or_default();
+    let gfd = gpu_feature_discovery(root, &[])?;
     ensure!(
         gfd.get(label::GPU_COUNT).map(String::as_str) == Some("2"),
         "GFD: {gfd:#?}"
     );
-    let differing: Vec<_> = gfd
-        .iter()
-        .filter(|(k, _)| k.as_str() != "nvidia.com/gpu.machine")
-        .filter(|(k, v)| node_labels.get(*k) != Some(*v))
-        .collect();
-    ensure!(
-        differing.is_empty(),
-        "GFD labels fakegpu's differ from: {differing:?}"
-    );
-    let only_fakegpu: Vec<_> = node_labels
-        .keys()
-        .filter(|k| k.starts_with("nvidia.com/") && !gfd.contains_key(*k))
-        .filter(|k| *k != label::GPU_PRESENT && !k.starts_with("nvidia.com/gpu.deploy."))
-        .collect();
-    ensure!(
-        only_fakegpu.is_empty(),
-        "labels GFD does not write: {only_fakegpu:?}"
-    );
+    gfd_labels_as_fakegpu(client, &node, &gfd).await?;
 
     // NVIDIA's device plugin serves the node's GPUs to the kubelet from the same root, and a
     // pod gets one of the document's GPUs through it.
