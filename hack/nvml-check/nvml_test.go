@@ -470,3 +470,55 @@ func TestMigProfilesAreTheDrivers(t *testing.T) {
 		t.Errorf("a GPU instance that is not there: %v, want ERROR_NOT_FOUND", ret)
 	}
 }
+
+// Injected ECC errors raise NVML's ECC events as their counts rise, in sets registered for
+// them: corrected errors a single-bit event, uncorrected ones a double-bit event (whose XID 48
+// goes only to sets registered for XIDs).
+func TestInjectedEccErrorsRaiseEccEvents(t *testing.T) {
+	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "topology.yml")
+	if err := os.WriteFile(path, original, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := session(t, path, "")
+	set, ret := lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		t.Fatalf("EventSetCreate: %v", ret)
+	}
+	defer set.Free()
+	dev, _ := lib.DeviceGetHandleByIndex(0)
+	ecc := uint64(nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError)
+	if ret := dev.RegisterEvents(ecc, set); ret != nvml.SUCCESS {
+		t.Fatalf("RegisterEvents: %v", ret)
+	}
+	inject := func(faults string) {
+		text := strings.Replace(string(original), "  index: 0\n", "  index: 0\n  faults: "+faults+"\n", 1)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		faults string
+		want   uint64
+	}{
+		{"{eccCorrectable: 2}", nvml.EventTypeSingleBitEccError},
+		{"{eccCorrectable: 2, eccUncorrectable: 1}", nvml.EventTypeDoubleBitEccError},
+	} {
+		inject(step.faults)
+		event, ret := set.Wait(5000)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("after %s: %v", step.faults, ret)
+		}
+		check(t, "event type after "+step.faults, event.EventType, ret, step.want)
+		check(t, "event data of an ECC event", event.EventData, ret, uint64(0))
+		if event.Device != dev {
+			t.Errorf("the event's handle is not GPU 0's")
+		}
+	}
+	if _, ret := set.Wait(300); ret != nvml.ERROR_TIMEOUT {
+		t.Errorf("no new errors: %v, want ERROR_TIMEOUT", ret)
+	}
+}

@@ -1,7 +1,9 @@
-//! What NVML events a simulated GPU raises: a GPU the node's document marks unhealthy reports a
-//! critical XID error, once, to each event set registered for it (NVIDIA's device plugin then
-//! marks it unhealthy and the kubelet stops offering it). A GPU healthy again may report again.
-//! Nothing else happens on a simulated GPU.
+//! What NVML events a simulated GPU raises: a GPU that reports an XID (injected, or implied by
+//! its faults or health) raises a critical XID error, once or each period of a recurring one,
+//! in each event set registered for it (NVIDIA's device plugin then marks it unhealthy and the
+//! kubelet stops offering it), and injected ECC errors raise single- or double-bit ECC events
+//! as their counts rise. A GPU healthy again may report again. Nothing else happens on a
+//! simulated GPU.
 
 use std::{
     collections::BTreeMap,
@@ -33,6 +35,8 @@ pub struct Fault {
 pub struct Registrations {
     registered: BTreeMap<String, u64>,
     reported: BTreeMap<String, (u64, Instant)>,
+    /// The ECC error counts (corrected, uncorrected) already told, per GPU.
+    ecc_told: BTreeMap<String, (u64, u64)>,
 }
 
 impl Registrations {
@@ -46,6 +50,42 @@ impl Registrations {
     /// 79 for a GPU marked unhealthy), once, or again each period of a recurring XID. A GPU
     /// whose XID changed or went is forgotten, so a new fault is told again.
     pub fn next_fault(&mut self, machine: &Machine, now: Instant) -> Option<Fault> {
+        self.next_xid(machine, now)
+            .or_else(|| self.next_ecc_error(machine))
+    }
+
+    /// The next rise of a GPU's ECC error counts this set asked to hear of: a double-bit event
+    /// for uncorrected errors, a single-bit one for corrected errors (NVML's event data is 0
+    /// for both). Counts that fell (the fault was cleared) are the new baseline, so injecting
+    /// them again is told again.
+    fn next_ecc_error(&mut self, machine: &Machine) -> Option<Fault> {
+        for device in &machine.devices {
+            let Some(types) = self.registered.get(&device.uuid) else {
+                continue;
+            };
+            let (corrected, uncorrected) = device.ecc_errors;
+            let told = self.ecc_told.entry(device.uuid.clone()).or_default();
+            told.0 = told.0.min(corrected);
+            told.1 = told.1.min(uncorrected);
+            let event_type = if types & DOUBLE_BIT_ECC_ERROR != 0 && uncorrected > told.1 {
+                told.1 = uncorrected;
+                DOUBLE_BIT_ECC_ERROR
+            } else if types & SINGLE_BIT_ECC_ERROR != 0 && corrected > told.0 {
+                told.0 = corrected;
+                SINGLE_BIT_ECC_ERROR
+            } else {
+                continue;
+            };
+            return Some(Fault {
+                uuid: device.uuid.clone(),
+                event_type,
+                xid: 0,
+            });
+        }
+        None
+    }
+
+    fn next_xid(&mut self, machine: &Machine, now: Instant) -> Option<Fault> {
         let faulty: BTreeMap<&str, (u64, Option<Duration>)> = machine
             .devices
             .iter()
@@ -143,6 +183,42 @@ mod tests {
         assert_eq!(
             set.next_fault(&machine, Instant::now()).map(|f| f.xid),
             Some(13)
+        );
+    }
+
+    #[test]
+    fn injected_ecc_errors_are_told_as_their_counts_rise() {
+        let mut set = Registrations::default();
+        set.register("GPU-0", SINGLE_BIT_ECC_ERROR | DOUBLE_BIT_ECC_ERROR);
+        set.register("GPU-1", XID_CRITICAL_ERROR);
+        let mut machine = machine(&[]);
+        let now = Instant::now();
+        assert_eq!(set.next_fault(&machine, now), None);
+        machine.devices[0].ecc_errors = (3, 1);
+        // GPU 1's set asked for XIDs only.
+        machine.devices[1].ecc_errors = (5, 0);
+        let told: Vec<_> = std::iter::from_fn(|| set.next_fault(&machine, now))
+            .map(|f| (f.uuid, f.event_type, f.xid))
+            .collect();
+        assert_eq!(
+            told,
+            [
+                ("GPU-0".to_owned(), DOUBLE_BIT_ECC_ERROR, 0),
+                ("GPU-0".to_owned(), SINGLE_BIT_ECC_ERROR, 0)
+            ]
+        );
+        machine.devices[0].ecc_errors = (4, 1);
+        assert_eq!(
+            set.next_fault(&machine, now).map(|f| f.event_type),
+            Some(SINGLE_BIT_ECC_ERROR)
+        );
+        // Cleared, then injected again: told again.
+        machine.devices[0].ecc_errors = (0, 0);
+        assert_eq!(set.next_fault(&machine, now), None);
+        machine.devices[0].ecc_errors = (0, 1);
+        assert_eq!(
+            set.next_fault(&machine, now).map(|f| f.event_type),
+            Some(DOUBLE_BIT_ECC_ERROR)
         );
     }
 
