@@ -1018,13 +1018,15 @@ async fn restarts(client: &Client, pool: &str, namespace: &str) -> anyhow::Resul
     )
     .await?;
 
-    // The operator's pod goes: the new leader moves no GPU.
-    let before = eventually("by-plugin recorded as a holder", CONVERGE, || async {
+    // The operator's pod goes: the new leader moves no GPU. The pods deleted above must be
+    // gone from the document first, or their leaving would read as a move.
+    let before = eventually("by-plugin the only holder recorded", CONVERGE, || async {
         let held = holders(client, &node).await?;
         Ok(held
             .iter()
-            .any(|(_, pod)| pod == "by-plugin")
-            .then_some(held))
+            .all(|(_, pod)| pod == "by-plugin")
+            .then_some(held)
+            .filter(|held| !held.is_empty()))
     })
     .await?;
     replace_bundle_pod(client, "fakegpu-operator").await?;
