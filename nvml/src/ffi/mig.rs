@@ -6,8 +6,9 @@
 use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
 use super::{
-    DeviceHandle, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND,
-    ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array, gpu, handle_of, machine, mig, put,
+    DeviceHandle, ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT,
+    ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array, gpu, handle_of,
+    machine, mig, put,
 };
 use crate::{
     machine::{Device, MigInstance},
@@ -19,7 +20,6 @@ pub type GpuInstanceHandle = *const c_void;
 /// `nvmlComputeInstance_t`: the address of a [`MigInstance`]'s `compute_instance`.
 pub type ComputeInstanceHandle = *const c_void;
 
-const ERROR_ARGUMENT_VERSION_MISMATCH: Return = 25;
 /// `NVML_GPU_INSTANCE_PROFILE_COUNT`, `NVML_COMPUTE_INSTANCE_PROFILE_COUNT`.
 const GI_PROFILE_COUNT: c_uint = 0x12;
 const CI_PROFILE_COUNT: c_uint = 0x9;

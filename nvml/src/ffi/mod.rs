@@ -4,7 +4,9 @@
 #![allow(unsafe_code, clippy::missing_safety_doc)]
 
 mod events;
+mod export_table;
 mod mig;
+mod modes;
 mod not_supported;
 mod sensors;
 
@@ -28,6 +30,7 @@ pub const ERROR_NOT_FOUND: Return = 6;
 pub const ERROR_INSUFFICIENT_SIZE: Return = 7;
 pub const ERROR_DRIVER_NOT_LOADED: Return = 9;
 pub const ERROR_TIMEOUT: Return = 10;
+pub const ERROR_ARGUMENT_VERSION_MISMATCH: Return = 25;
 pub const ERROR_UNKNOWN: Return = 999;
 
 /// `nvmlDevice_t`: the address of a [`Device`] or [`MigInstance`] of the loaded machine.
@@ -490,6 +493,53 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     }))
 }
 
+/// `nvmlPciInfoExt_v1_t`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct PciInfoExt {
+    pub version: c_uint,
+    pub domain: c_uint,
+    pub bus: c_uint,
+    pub device: c_uint,
+    pub pci_device_id: c_uint,
+    pub pci_sub_system_id: c_uint,
+    pub base_class: c_uint,
+    pub sub_class: c_uint,
+    pub bus_id: [c_char; 32],
+}
+
+/// `nvmlPciInfoExt_v1`.
+const PCI_INFO_EXT_V1: c_uint = size_of::<PciInfoExt>() as c_uint | (1 << 24);
+
+/// nvidia-smi's `pci.bus_id` query field reads this one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfoExt(
+    handle: DeviceHandle,
+    out: *mut PciInfoExt,
+) -> Return {
+    if out.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    if unsafe { out.cast::<c_uint>().read() } != PCI_INFO_EXT_V1 {
+        return ERROR_ARGUMENT_VERSION_MISMATCH;
+    }
+    answer(gpu(handle).map(|d| {
+        let info = PciInfoExt {
+            version: PCI_INFO_EXT_V1,
+            domain: d.pci.domain,
+            bus: d.pci.bus,
+            device: d.pci.device,
+            pci_device_id: d.pci.pci_device_id,
+            pci_sub_system_id: 0,
+            // A 3D controller, as data-centre GPUs enumerate (the driver root's sysfs agrees).
+            base_class: 0x03,
+            sub_class: 0x02,
+            bus_id: c_array(&d.pci.bus_id),
+        };
+        unsafe { put(out, info) }
+    }))
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
     handle: DeviceHandle,
@@ -514,15 +564,20 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     current: *mut c_uint,
     pending: *mut c_uint,
 ) -> Return {
-    answer(gpu(handle).map(|d| {
+    answer(gpu(handle).and_then(|d| {
+        // A product that cannot do MIG has no mode (nvidia-smi then prints `N/A`, and GFD's
+        // `mig.capable` is false).
+        if !d.mig_enabled && d.gi_profiles.is_empty() {
+            return Err(ERROR_NOT_SUPPORTED);
+        }
         if current.is_null() || pending.is_null() {
-            return ERROR_INVALID_ARGUMENT;
+            return Ok(ERROR_INVALID_ARGUMENT);
         }
         let mode = c_uint::from(d.mig_enabled);
-        unsafe {
+        Ok(unsafe {
             put(current, mode);
             put(pending, mode)
-        }
+        })
     }))
 }
 

@@ -48,7 +48,6 @@ not_supported! {
     nvmlDeviceGetClkMonStatus
     nvmlDeviceGetClock
     nvmlDeviceGetClockOffsets
-    nvmlDeviceGetComputeMode
     nvmlDeviceGetComputeRunningProcesses
     nvmlDeviceGetComputeRunningProcesses_v2
     nvmlDeviceGetComputeRunningProcesses_v3
@@ -69,13 +68,11 @@ not_supported! {
     nvmlDeviceGetDefaultApplicationsClock
     nvmlDeviceGetDefaultEccMode
     nvmlDeviceGetDetailedEccErrors
-    nvmlDeviceGetDisplayActive
     nvmlDeviceGetDisplayMode
     nvmlDeviceGetDramEncryptionMode
     nvmlDeviceGetDriverModel
     nvmlDeviceGetDriverModel_v2
     nvmlDeviceGetDynamicPstatesInfo
-    nvmlDeviceGetEccMode
     nvmlDeviceGetEncoderCapacity
     nvmlDeviceGetEncoderSessions
     nvmlDeviceGetEncoderStats
@@ -126,7 +123,6 @@ not_supported! {
     nvmlDeviceGetMemoryAffinity
     nvmlDeviceGetMemoryBusWidth
     nvmlDeviceGetMemoryErrorCounter
-    nvmlDeviceGetMemoryInfo_v2
     nvmlDeviceGetMemoryLimits_v1
     nvmlDeviceGetMinMaxClockOfPState
     nvmlDeviceGetMinMaxFanSpeed
@@ -150,15 +146,12 @@ not_supported! {
     nvmlDeviceGetNvlinkSupportedBwModes
     nvmlDeviceGetOfaUtilization
     nvmlDeviceGetP2PStatus
-    nvmlDeviceGetPciInfoExt
     nvmlDeviceGetPcieLinkMaxSpeed
     nvmlDeviceGetPcieReplayCounter
     nvmlDeviceGetPcieSpeed
     nvmlDeviceGetPcieThroughput
     nvmlDeviceGetPdi
     nvmlDeviceGetPerformanceModes
-    nvmlDeviceGetPerformanceState
-    nvmlDeviceGetPersistenceMode
     nvmlDeviceGetPgpuMetadataString
     nvmlDeviceGetPlatformInfo
     nvmlDeviceGetPowerManagementLimitConstraints
