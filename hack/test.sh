@@ -31,6 +31,10 @@ cargo build --locked -p fakegpu-nvml
 FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so CGO_CFLAGS=-Wno-deprecated-declarations \
   go -C hack/nvml-check test ./... -count=1 -v
 
+step "NVIDIA's own nvidia-smi (535, 550) against the library prints what fakegpu's prints"
+FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so \
+  cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored
+
 step "local control plane for e2e"
 export FAKEGPU_CLUSTER_DIR=$repo/.cache/cluster-test
 export FAKEGPU_ETCD_PORT=12379 FAKEGPU_ETCD_PEER_PORT=12380 FAKEGPU_APISERVER_PORT=16443

@@ -64,6 +64,15 @@ fn not_available() -> Value {
     plain("[N/A]")
 }
 
+/// `Enabled` / `Disabled`; a GPU that cannot do MIG has no mode (the table's `N/A`).
+fn mig_mode(gpu: &Gpu) -> Value {
+    if gpu.mig_mode == "N/A" {
+        not_available()
+    } else {
+        plain(gpu.mig_mode)
+    }
+}
+
 /// The canonical name and the value of GPU field `field`, `None` when nvidia-smi has no such
 /// field.
 fn gpu_field(field: &str, gpu: &Gpu, machine: &Machine) -> Option<(&'static str, Value)> {
@@ -115,8 +124,8 @@ fn gpu_field(field: &str, gpu: &Gpu, machine: &Machine) -> Option<(&'static str,
                 plain(&gpu.compute_capability)
             },
         ),
-        "mig.mode.current" => ("mig.mode.current", plain(gpu.mig_mode)),
-        "mig.mode.pending" => ("mig.mode.pending", plain(gpu.mig_mode)),
+        "mig.mode.current" => ("mig.mode.current", mig_mode(gpu)),
+        "mig.mode.pending" => ("mig.mode.pending", mig_mode(gpu)),
         "persistence_mode" => ("persistence_mode", plain("Enabled")),
         "pstate" => ("pstate", plain("P0")),
         "fan.speed" => ("fan.speed", not_available()),

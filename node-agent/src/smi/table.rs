@@ -18,6 +18,8 @@ struct Layout {
     wide_pid: bool,
     /// The line under the banner starts with `+` from driver 580 (`|` before).
     plus_under_banner: bool,
+    /// Digits the power cap is right-aligned in: 4, or 3 before driver 545 (`40W / 400W`).
+    power_cap: usize,
 }
 
 impl Layout {
@@ -31,6 +33,7 @@ impl Layout {
             middle: if major >= 545 { 24 } else { 22 },
             wide_pid: major >= 570,
             plus_under_banner: major >= 580,
+            power_cap: if major >= 545 { 4 } else { 3 },
         }
     }
 
@@ -122,15 +125,31 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
             format!("{}%", gpu.utilization),
         )
     };
+    // Whole watts as the real tool prints them: the driver's milliwatts, truncated. The usage
+    // ends at a fixed column; a cap wider than its digits overflows the cell, which the real
+    // tool then cuts with `...` (a 1200 W cap under 535).
     let power = match (gpu.power_draw(), gpu.power_limit) {
-        (Some(draw), Some(limit)) => format!("{:>3.0}W / {limit:>4}W", draw.round()),
-        _ => "N/A /  N/A".to_owned(),
+        (Some(draw), Some(limit)) => format!(
+            "{:>usage$}W / {limit:>cap$}W",
+            (draw * 1000.0).round() as u64 / 1000,
+            usage = 19 - layout.power_cap,
+            cap = layout.power_cap
+        ),
+        _ => format!("{:>24}", "N/A /  N/A"),
     };
-    // The total is padded to 6 digits in the 91-column layout, 5 before.
+    // The total is padded to 6 digits in the 91-column layout, 5 before; the used memory ends
+    // at a fixed column, and a total too wide for the cell is cut as the real tool cuts it.
     let total_width = layout.middle / 4;
+    let used_width = layout.middle - 10 - total_width;
     let memory = format!(
-        "{}MiB / {:>total_width$}MiB ",
-        gpu.memory_used, gpu.memory_total
+        "{} ",
+        cut_end(
+            &format!(
+                "{:>used_width$}MiB / {:>total_width$}MiB",
+                gpu.memory_used, gpu.memory_total
+            ),
+            layout.middle - 1
+        )
     );
     [
         layout.row(
@@ -145,10 +164,16 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
         ),
         layout.row(
             &format!(
-                " {:>3}  {:>4}    {:<2}{power:>24} ",
-                "N/A",
-                format!("{}C", gpu.temperature()),
-                "P0"
+                "{} ",
+                cut_end(
+                    &format!(
+                        " {:>3}  {:>4}    {:<2}{power}",
+                        "N/A",
+                        format!("{}C", gpu.temperature()),
+                        "P0"
+                    ),
+                    40
+                )
             ),
             &memory,
             &format!("{utilization:>7}{:>13} ", "Default"),
@@ -319,7 +344,8 @@ pub fn table(machine: &Machine, date: &str) -> String {
         }
         let _ = writeln!(out, "{}", layout.cell_border('+', "-", '+'));
     }
-    let _ = writeln!(out);
+    // Not an empty line: the real tool (535 and 550 alike) prints 89 spaces.
+    let _ = writeln!(out, "{}", " ".repeat(89));
     if machine.gpus.iter().any(|g| g.mig_mode == "Enabled") {
         mig_devices(&layout, machine, &mut out);
     }
@@ -369,9 +395,12 @@ mod tests {
                 &machine(driver, "NVIDIA RTX 6000 Ada Generation"),
                 "Thu Mar 26 17:37:17 2026",
             );
-            for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
+            for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
                 assert_eq!(line.chars().count(), 91, "{driver}: {line:?}");
             }
+            // Between the GPUs and the processes, 89 spaces even in the wider table (as
+            // NVIDIA's 550 binary prints it).
+            assert!(text.contains(&format!("\n{}\n+", " ".repeat(89))), "{text}");
             let row = text.lines().find(|l| l.starts_with("|   0")).unwrap();
             assert_eq!(
                 row,
@@ -399,7 +428,7 @@ mod tests {
         assert!(row.ends_with("|                    2 |"), "{row}");
         let sensors = text.lines().find(|l| l.contains("MiB /")).unwrap();
         assert!(sensors.starts_with("| N/A   90C    P0"), "{sensors}");
-        for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
+        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
             assert_eq!(line.chars().count(), 91, "{line:?}");
         }
     }
@@ -506,7 +535,8 @@ mod tests {
     #[test]
     fn drivers_before_545_print_the_89_column_table() {
         let text = table(&machine("535.183.01", "Tesla T4"), "date");
-        for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
+        // Every line but the date, the one between the GPUs and the processes included.
+        for line in text.lines().skip(1) {
             assert_eq!(line.chars().count(), 89, "{line:?}");
         }
         assert!(text.contains("| Bus-Id        Disp.A |"), "{text}");
@@ -516,6 +546,15 @@ mod tests {
         );
         assert!(
             text.contains("|   0  Tesla T4                       On  | 00000000:01:00.0 Off |"),
+            "{text}"
+        );
+        // The cap in three digits, as NVIDIA's 535 binary prints it.
+        let mut idle = machine("535.183.01", "Tesla T4");
+        idle.gpus[0].power_limit = Some(70);
+        idle.gpus[0].utilization = 0;
+        let text = table(&idle, "date");
+        assert!(
+            text.contains("| N/A   30C    P0               7W /  70W |"),
             "{text}"
         );
     }

@@ -1,0 +1,126 @@
+//! NVIDIA's own nvidia-smi, run against fakegpu's `libnvidia-ml.so.1`, prints what fakegpu's
+//! nvidia-smi prints for the same node: the default table (apart from its date), `-L`,
+//! `--query-gpu` and `--query-compute-apps`, for every builtin profile's idle GPUs, with each
+//! real binary `hack/nvidia-smi.sh` fetched (NVIDIA's, from Debian's non-free archive, never
+//! committed). hack/test.sh runs it with FAKEGPU_REAL_NVIDIA_SMI naming the fetched binaries'
+//! folder and FAKEGPU_NVML_LIBRARY the built library.
+
+use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+use anyhow::{Context, ensure};
+use fakegpu_api::{profiles::PROFILES, report::NodeReport, topology::GpuStatus};
+
+mod common;
+
+use common::{QUERY, environment, report, serve, smi};
+
+const APPS: &str = "--query-compute-apps=pid,process_name,used_memory --format=csv";
+
+/// The fetched binaries: `<folder>/<driver version>/nvidia-smi`.
+fn real_binaries() -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let folder = std::env::var_os("FAKEGPU_REAL_NVIDIA_SMI")
+        .context("FAKEGPU_REAL_NVIDIA_SMI must name hack/nvidia-smi.sh's folder")?;
+    let mut binaries = BTreeMap::new();
+    for entry in std::fs::read_dir(&folder)? {
+        let entry = entry?;
+        let binary = entry.path().join("nvidia-smi");
+        if binary.is_file() {
+            binaries.insert(entry.file_name().to_string_lossy().into_owned(), binary);
+        }
+    }
+    ensure!(!binaries.is_empty(), "no nvidia-smi under {folder:?}");
+    Ok(binaries)
+}
+
+/// A folder holding `libnvidia-ml.so.1` (fakegpu's library), for the real binary's loader.
+fn library_folder(scratch: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let library = std::env::var_os("FAKEGPU_NVML_LIBRARY")
+        .context("FAKEGPU_NVML_LIBRARY must name the built library")?;
+    let folder = scratch.join("lib");
+    std::fs::create_dir_all(&folder)?;
+    std::os::unix::fs::symlink(
+        std::fs::canonicalize(library)?,
+        folder.join("libnvidia-ml.so.1"),
+    )?;
+    Ok(folder)
+}
+
+/// `report` with every GPU idle: the library sees pods' GPUs but not their processes, so busy
+/// GPUs would differ in the Processes box (see the README).
+fn idle(mut report: NodeReport, driver_version: &str) -> NodeReport {
+    report.topology.driver_version = driver_version.to_owned();
+    for gpu in &mut report.topology.gpus {
+        gpu.status = GpuStatus::default();
+    }
+    for utilization in report.utilization.values_mut() {
+        *utilization = 0;
+    }
+    report
+}
+
+fn real(
+    binary: &PathBuf,
+    library: &PathBuf,
+    document: &PathBuf,
+    args: &str,
+) -> anyhow::Result<String> {
+    let output = Command::new(binary)
+        .args(args.split_whitespace())
+        .env("LD_LIBRARY_PATH", library)
+        .env("FAKEGPU_NVML_TOPOLOGY", document)
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "{} {args}: {}{}",
+        binary.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// The table's first line is the time it was printed.
+fn without_date(text: &str) -> String {
+    text.lines().skip(1).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+#[ignore = "needs NVIDIA's nvidia-smi (hack/nvidia-smi.sh) and the built library: hack/test.sh runs it"]
+fn nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints() -> anyhow::Result<()> {
+    let scratch = std::env::temp_dir().join(format!("fakegpu-real-smi-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = compare(&scratch);
+    std::fs::remove_dir_all(&scratch)?;
+    result
+}
+
+fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
+    let library = library_folder(scratch)?;
+    let mut differences = Vec::new();
+    for (version, binary) in real_binaries()? {
+        for profile in PROFILES {
+            let report = idle(report(profile), &version);
+            let document = scratch.join(format!("{}-{version}.yml", profile.name));
+            std::fs::write(&document, report.topology.to_yaml()?)?;
+            let url = serve(&report)?;
+            for args in ["", "-L", QUERY, APPS] {
+                let (code, ours, err) = smi(args, &environment(&url));
+                ensure!(code == 0, "fakegpu's nvidia-smi {args}: {err}");
+                let theirs = real(&binary, &library, &document, args)?;
+                let (ours, theirs) = if args.is_empty() {
+                    (without_date(&ours), without_date(&theirs))
+                } else {
+                    (ours, theirs)
+                };
+                if ours != theirs {
+                    differences.push(format!(
+                        "{} on {version}, nvidia-smi {args}\n--- NVIDIA's ---\n{theirs}\n--- fakegpu's ---\n{ours}",
+                        profile.name
+                    ));
+                }
+            }
+        }
+    }
+    ensure!(differences.is_empty(), "{}", differences.join("\n"));
+    Ok(())
+}
