@@ -21,7 +21,7 @@ for pair in bookworm:535.261.03 trixie:550.163.01; do
   log "fetching nvidia-smi $version from $suite non-free"
   scratch=$(mktemp -d)
   # The package index names the .deb; the version pins the one the test expects.
-  curl -fsSL "$mirror/dists/$suite/non-free/binary-amd64/Packages.xz" | xz -d >"$scratch/Packages"
+  curl -fsSL --retry 3 --retry-delay 2 "$mirror/dists/$suite/non-free/binary-amd64/Packages.xz" | xz -d >"$scratch/Packages"
   file=$(awk -v want="$version" '
     /^Package: /  { pkg = $2 }
     /^Version: /  { ver = $2 }
@@ -32,7 +32,7 @@ for pair in bookworm:535.261.03 trixie:550.163.01; do
     rm -rf "$scratch"
     exit 1
   fi
-  curl -fsSL "$mirror/$file" -o "$scratch/nvidia-smi.deb"
+  curl -fsSL --retry 3 --retry-delay 2 "$mirror/$file" -o "$scratch/nvidia-smi.deb"
   dpkg-deb -x "$scratch/nvidia-smi.deb" "$scratch/root"
   mkdir -p "$out/$version"
   install -m 0755 "$scratch/root/usr/lib/nvidia/current/nvidia-smi" "$out/$version/nvidia-smi"
