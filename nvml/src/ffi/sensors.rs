@@ -134,6 +134,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
 ) -> Return {
     unsafe {
         query(handle, out, |d| {
+            // A MIG-enabled GPU has no whole-GPU utilization (nvidia-smi prints `N/A`).
+            if d.mig_enabled {
+                return Err(ERROR_NOT_SUPPORTED);
+            }
             Ok(Utilization {
                 gpu: c_uint::from(d.load.utilization),
                 memory: d.load.memory_utilization(),
