@@ -8,11 +8,15 @@
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{profiles::PROFILES, report::NodeReport, topology::GpuStatus};
+use fakegpu_api::{
+    profiles::{PROFILES, profile},
+    report::NodeReport,
+    topology::{GpuStatus, MigDevice, mig_uuid},
+};
 
 mod common;
 
-use common::{QUERY, environment, report, serve, smi};
+use common::{NODE, QUERY, environment, report, serve, smi};
 
 const APPS: &str = "--query-compute-apps=pid,process_name,used_memory --format=csv";
 
@@ -79,6 +83,32 @@ fn real(
     Ok(String::from_utf8(output.stdout)?)
 }
 
+/// An A100 80GB node whose GPU 1 is partitioned and whose power limit is unknown: the GPU
+/// rows of a MIG-enabled GPU (ECC `On`, utilization `N/A`) and the `N/A` power column.
+fn partitioned(driver_version: &str) -> anyhow::Result<NodeReport> {
+    let product = profile("a100-80gb").context("a100-80gb profile")?;
+    let mut report = idle(report(product), driver_version);
+    report.topology.power_limit_watts = 0;
+    report.topology.mig_strategy = "mixed".into();
+    let mut instances = Vec::new();
+    for (name, start) in [("3g.40gb", 0), ("1g.10gb", 4)] {
+        let mig = product.mig_profile(name).context("catalog profile")?;
+        instances.push(MigDevice::new(mig_uuid(NODE, 1, start), mig, start));
+    }
+    report.topology.gpus[1].mig_devices = instances;
+    Ok(report)
+}
+
+/// The GPU table: up to the empty line before the MIG section (the real binary lists no MIG
+/// devices through the library yet: the slots its MIG table reads are not known).
+fn gpu_table(text: &str) -> String {
+    without_date(text)
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The table's first line is the time it was printed.
 fn without_date(text: &str) -> String {
     text.lines().skip(1).collect::<Vec<_>>().join("\n")
@@ -119,6 +149,21 @@ fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
                     ));
                 }
             }
+        }
+        let report = partitioned(&version)?;
+        let document = scratch.join(format!("partitioned-{version}.yml"));
+        std::fs::write(&document, report.topology.to_yaml()?)?;
+        let url = serve(&report)?;
+        let (code, ours, err) = smi("", &environment(&url));
+        ensure!(code == 0, "fakegpu's nvidia-smi: {err}");
+        let (ours, theirs) = (
+            gpu_table(&ours),
+            gpu_table(&real(&binary, &library, &document, "")?),
+        );
+        if ours != theirs {
+            differences.push(format!(
+                "partitioned a100-80gb on {version}\n--- NVIDIA's ---\n{theirs}\n--- fakegpu's ---\n{ours}"
+            ));
         }
     }
     ensure!(differences.is_empty(), "{}", differences.join("\n"));

@@ -287,15 +287,14 @@ fn process(
 /// known, every pod's otherwise; a fractional `RUNAI_NUM_OF_GPUS` shrinks the total to the share.
 pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
     let topology = &report.topology;
-    let mig_mode = match profile_by_product(&topology.gpu_product) {
-        Some(profile) if profile.mig_capable() => {
-            if topology.mig_strategy == "none" || topology.mig_strategy.is_empty() {
-                "Disabled"
-            } else {
-                "Enabled"
-            }
-        }
-        _ => "N/A",
+    // Per GPU, as the driver (and fakegpu's NVML library) reports it: a GPU the layout leaves
+    // whole under `mixed` is served whole, so its MIG mode is off.
+    let mig_capable =
+        profile_by_product(&topology.gpu_product).is_some_and(|profile| profile.mig_capable());
+    let mig_mode = |gpu: &GpuTopology| match (mig_capable, gpu.mig_devices.is_empty()) {
+        (false, true) => "N/A",
+        (_, false) => "Enabled",
+        (true, true) => "Disabled",
     };
     let total = share(env).map_or(topology.gpu_memory, |f| {
         (topology.gpu_memory as f64 * f).floor() as u64
@@ -356,7 +355,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                     .unwrap_or(0)
                     .min(100),
                 power_limit: (topology.power_limit_watts > 0).then_some(topology.power_limit_watts),
-                mig_mode,
+                mig_mode: mig_mode(gpu),
                 compute_capability: topology.compute_capability.clone(),
                 mig_devices,
                 processes: entries

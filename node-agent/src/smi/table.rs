@@ -93,6 +93,11 @@ impl Layout {
     }
 }
 
+/// The line between the GPUs (or the MIG devices) and the processes: 89 spaces whatever the
+/// table's width, as NVIDIA's 535 and 550 binaries print it.
+const BLANK_LINE: &str =
+    "                                                                                         ";
+
 /// `text` cut to `width` characters, keeping its start and ending in `...`.
 fn cut_end(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
@@ -135,7 +140,13 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
             usage = 19 - layout.power_cap,
             cap = layout.power_cap
         ),
-        _ => format!("{:>24}", "N/A /  N/A"),
+        // Unknown: `N/A` where the usage and its `W` end, and in four columns for the cap.
+        _ => format!(
+            "{:>usage$} / {:>4}",
+            "N/A",
+            "N/A",
+            usage = 20 - layout.power_cap
+        ),
     };
     // The total is padded to 6 digits in the 91-column layout, 5 before; the used memory ends
     // at a fixed column, and a total too wide for the cell is cut as the real tool cuts it.
@@ -248,8 +259,8 @@ fn mig_devices(layout: &Layout, machine: &Machine, out: &mut String) {
         let _ = writeln!(out, "|  {:<w$}|", "No MIG devices found", w = inner - 2);
         let _ = writeln!(out, "{}", layout.border());
     }
-    // The driver ends the section with a line of blanks.
-    let _ = writeln!(out, "{}", " ".repeat(inner));
+    // The driver ends the section with the line of blanks it puts before the processes.
+    let _ = writeln!(out, "{BLANK_LINE}");
 }
 
 fn processes(layout: &Layout, machine: &Machine, out: &mut String) {
@@ -344,10 +355,13 @@ pub fn table(machine: &Machine, date: &str) -> String {
         }
         let _ = writeln!(out, "{}", layout.cell_border('+', "-", '+'));
     }
-    // Not an empty line: the real tool (535 and 550 alike) prints 89 spaces.
-    let _ = writeln!(out, "{}", " ".repeat(89));
+    // Before the processes the real tool prints a line of blanks; before a MIG section, an
+    // empty line (535 and 550 alike).
     if machine.gpus.iter().any(|g| g.mig_mode == "Enabled") {
+        let _ = writeln!(out);
         mig_devices(&layout, machine, &mut out);
+    } else {
+        let _ = writeln!(out, "{BLANK_LINE}");
     }
     processes(&layout, machine, &mut out);
     out
