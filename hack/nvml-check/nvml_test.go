@@ -261,10 +261,11 @@ func TestNoDocumentIsNoDriver(t *testing.T) {
 	}
 }
 
-// A GPU the document marks unhealthy (the operator does for fakegpu.dev/unhealthy-gpus) raises
-// a critical XID error, as NVIDIA's device plugin waits for one, once; and the document is read
-// again while the caller waits, so a fault injected later is seen.
-func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
+// eventSession loads the library against a copy of the h100 document (which the test then
+// rewrites to inject faults) and creates an event set freed when the test ends. Returns the
+// document's original text, the copy's path, the library and the set.
+func eventSession(t *testing.T) ([]byte, string, nvml.Interface, nvml.EventSet) {
+	t.Helper()
 	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +279,15 @@ func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
 	if ret != nvml.SUCCESS {
 		t.Fatalf("EventSetCreate: %v", ret)
 	}
-	defer set.Free()
+	t.Cleanup(func() { set.Free() })
+	return original, path, lib, set
+}
+
+// A GPU the document marks unhealthy (the operator does for fakegpu.dev/unhealthy-gpus) raises
+// a critical XID error, as NVIDIA's device plugin waits for one, once; and the document is read
+// again while the caller waits, so a fault injected later is seen.
+func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
+	original, path, lib, set := eventSession(t)
 	var devices []nvml.Device
 	for i := 0; i < 2; i++ {
 		dev, _ := lib.DeviceGetHandleByIndex(i)
@@ -475,20 +484,7 @@ func TestMigProfilesAreTheDrivers(t *testing.T) {
 // them: corrected errors a single-bit event, uncorrected ones a double-bit event (whose XID 48
 // goes only to sets registered for XIDs).
 func TestInjectedEccErrorsRaiseEccEvents(t *testing.T) {
-	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "topology.yml")
-	if err := os.WriteFile(path, original, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lib := session(t, path, "")
-	set, ret := lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		t.Fatalf("EventSetCreate: %v", ret)
-	}
-	defer set.Free()
+	original, path, lib, set := eventSession(t)
 	dev, _ := lib.DeviceGetHandleByIndex(0)
 	ecc := uint64(nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError)
 	if ret := dev.RegisterEvents(ecc, set); ret != nvml.SUCCESS {
