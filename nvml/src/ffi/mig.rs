@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
 use super::{
     DeviceHandle, ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT,
     ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array, gpu, handle_of,
-    machine, mig, put,
+    machine, mig, put, struct_version,
 };
 use crate::{
     machine::{Device, MigInstance},
@@ -152,15 +152,6 @@ pub struct Attributes {
     pub memory_size_mb: c_ulonglong,
 }
 
-/// The version a caller wrote into a versioned struct (`NVML_STRUCT_VERSION`: the number in
-/// the top byte, the struct's size below).
-unsafe fn version_of(out: *const c_uint) -> Result<c_uint, Return> {
-    if out.is_null() {
-        return Err(ERROR_INVALID_ARGUMENT);
-    }
-    Ok(unsafe { out.read() } >> 24)
-}
-
 fn gi_profile_by_index(device: &Device, index: c_uint) -> Result<&GiProfile, Return> {
     if index >= GI_PROFILE_COUNT {
         return Err(ERROR_INVALID_ARGUMENT);
@@ -193,7 +184,7 @@ fn gi_profile_info(profile: &GiProfile) -> GiProfileInfo {
 /// Writes a versioned GPU-instance profile info (v2 or v3, as the caller's struct says).
 unsafe fn put_gi_profile_v(profile: &GiProfile, out: *mut c_void) -> Result<Return, Return> {
     let version_word = out.cast::<c_uint>();
-    let version = unsafe { version_of(version_word) }?;
+    let version = unsafe { struct_version(version_word) }? >> 24;
     let info = gi_profile_info(profile);
     let name = c_array::<NAME_SIZE>(&profile.name);
     let stamp = unsafe { version_word.read() };
@@ -476,7 +467,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     answer(gpu_instance(handle).and_then(|(_, instance)| {
         let ci = ci_profile_of(instance, profile, engines)?;
         let version_word = out.cast::<c_uint>();
-        let version = unsafe { version_of(version_word) }?;
+        let version = unsafe { struct_version(version_word) }? >> 24;
         let v2 = CiProfileInfoV2 {
             version: unsafe { version_word.read() },
             info: ci_profile_info(instance, &ci),

@@ -190,6 +190,23 @@ fn handle_of<T>(item: &'static T) -> DeviceHandle {
     (item as *const T).cast()
 }
 
+/// The version word a caller wrote at the start of a versioned struct (`NVML_STRUCT_VERSION`:
+/// the version in the top byte, the struct's size below).
+unsafe fn struct_version(out: *const c_uint) -> Result<c_uint, Return> {
+    if out.is_null() {
+        return Err(ERROR_INVALID_ARGUMENT);
+    }
+    Ok(unsafe { out.read() })
+}
+
+/// Whether the caller's versioned struct at `out` is the one version this library writes.
+unsafe fn expect_version(out: *const c_uint, expected: c_uint) -> Result<(), Return> {
+    match unsafe { struct_version(out) }? {
+        version if version == expected => Ok(()),
+        _ => Err(ERROR_ARGUMENT_VERSION_MISMATCH),
+    }
+}
+
 /// Writes `value` to `out`.
 unsafe fn put<T>(out: *mut T, value: T) -> Return {
     if out.is_null() {
@@ -517,11 +534,8 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfoExt(
     handle: DeviceHandle,
     out: *mut PciInfoExt,
 ) -> Return {
-    if out.is_null() {
-        return ERROR_INVALID_ARGUMENT;
-    }
-    if unsafe { out.cast::<c_uint>().read() } != PCI_INFO_EXT_V1 {
-        return ERROR_ARGUMENT_VERSION_MISMATCH;
+    if let Err(error) = unsafe { expect_version(out.cast(), PCI_INFO_EXT_V1) } {
+        return error;
     }
     answer(gpu(handle).map(|d| {
         let info = PciInfoExt {

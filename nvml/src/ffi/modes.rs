@@ -84,11 +84,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     handle: DeviceHandle,
     out: *mut MemoryV2,
 ) -> Return {
-    if out.is_null() {
-        return ERROR_INVALID_ARGUMENT;
-    }
-    if unsafe { out.cast::<c_uint>().read() } != MEMORY_V2 {
-        return super::ERROR_ARGUMENT_VERSION_MISMATCH;
+    if let Err(error) = unsafe { super::expect_version(out.cast(), MEMORY_V2) } {
+        return error;
     }
     answer(resolve(handle).map(|h| {
         let total = h.memory_bytes();
