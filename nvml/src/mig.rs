@@ -5,8 +5,8 @@
 //! DRA driver its MIG devices, so they follow the driver's numbering.
 
 use fakegpu_api::{
-    pool::mig::placements,
-    profiles::{MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MigEngines, MigProfile},
+    pool::mig::{MemorySlices, placements},
+    profiles::{MIG_COMPUTE_SLICES, MigEngines, MigProfile},
     topology::MigDevice,
 };
 
@@ -163,23 +163,17 @@ pub fn remaining_capacity<'a>(
     profile: &GiProfile,
     existing: impl IntoIterator<Item = &'a GpuInstance>,
 ) -> u32 {
-    let mut memory = [false; MIG_MEMORY_SLICES as usize];
+    let mut memory = MemorySlices::default();
     let (mut compute_used, mut same) = (0, 0);
     for instance in existing {
-        let end = (instance.placement_start + instance.memory_slices).min(MIG_MEMORY_SLICES);
-        for slice in instance.placement_start..end {
-            memory[slice as usize] = true;
-        }
+        memory.take_run(instance.placement_start, instance.memory_slices);
         compute_used += instance.compute_slices;
         same += u32::from(instance.profile_id == profile.id);
     }
     let free_placements = profile
         .placements
         .iter()
-        .filter(|&&start| {
-            (start..start + profile.memory_slices)
-                .all(|slice| memory.get(slice as usize) == Some(&false))
-        })
+        .filter(|&&start| memory.run_is_free(start, profile.memory_slices))
         .count() as u32;
     let by_compute =
         MIG_COMPUTE_SLICES.saturating_sub(compute_used) / profile.compute_slices.max(1);

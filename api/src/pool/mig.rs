@@ -111,16 +111,26 @@ pub fn placements(profile: &MigProfile) -> impl Iterator<Item = u32> {
 }
 
 /// The memory slices of one GPU, as instances take them.
-#[derive(Clone, Copy, Default)]
-pub(super) struct MemorySlices([bool; MEMORY_SLICES as usize]);
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemorySlices([bool; MEMORY_SLICES as usize]);
 
 impl MemorySlices {
     pub(super) fn is_free(&self, profile: &MigProfile, start: u32) -> bool {
-        (start..start + size(profile)).all(|s| self.0.get(s as usize) == Some(&false))
+        self.run_is_free(start, size(profile))
     }
 
     pub(super) fn take(&mut self, profile: &MigProfile, start: u32) {
-        for slice in start..start + size(profile) {
+        self.take_run(start, size(profile));
+    }
+
+    /// Whether the `count` slices from `start` are all free, and all on the GPU.
+    pub fn run_is_free(&self, start: u32, count: u32) -> bool {
+        (start..start + count).all(|s| self.0.get(s as usize) == Some(&false))
+    }
+
+    /// Takes the `count` slices from `start`; those past the GPU's last are ignored.
+    pub fn take_run(&mut self, start: u32, count: u32) {
+        for slice in start..start + count {
             if let Some(taken) = self.0.get_mut(slice as usize) {
                 *taken = true;
             }
