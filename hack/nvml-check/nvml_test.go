@@ -474,6 +474,13 @@ func TestMigProfilesAreTheDrivers(t *testing.T) {
 		attributes, ret := migs[j].GetAttributes()
 		check(t, "compute instance spans the GPU instance", ciInfo.Placement.Size, ret, attributes.GpuInstanceSliceCount)
 		check(t, "MIG memory (attributes)", attributes.MemorySizeMB, ret, want.Memory)
+		// Compute-instance profiles are named as `nvidia-smi mig -lcip` lists them.
+		whole, ret := gi.GetComputeInstanceProfileInfoV(int(ciInfo.ProfileId), nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED).V2()
+		check(t, "spanning compute-instance profile", cString(whole.Name[:]), ret, "MIG "+want.Profile)
+		if attributes.GpuInstanceSliceCount > 1 {
+			one, ret := gi.GetComputeInstanceProfileInfoV(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED).V2()
+			check(t, "one-slice compute-instance profile", cString(one.Name[:]), ret, "MIG 1c."+want.Profile)
+		}
 	}
 	if _, ret := split.GetGpuInstanceById(99); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("a GPU instance that is not there: %v, want ERROR_NOT_FOUND", ret)

@@ -48,6 +48,8 @@ pub struct GpuInstance {
     /// The driver's GPU-instance ID (nvidia-smi's `GI ID`).
     pub id: u32,
     pub profile_id: u32,
+    /// `1g.10gb`, as the driver names the profile.
+    pub profile: String,
     pub placement_start: u32,
     pub memory_slices: u32,
     pub compute_slices: u32,
@@ -142,6 +144,7 @@ pub fn instances(mig: &MigDevice) -> (GpuInstance, ComputeInstance) {
     let gpu_instance = GpuInstance {
         id: mig.gpu_instance_id(),
         profile_id: mig.gi_profile_id,
+        profile: mig.profile.clone(),
         placement_start: mig.placement_start,
         memory_slices: mig.memory_slices,
         compute_slices: mig.compute_slices,
@@ -242,6 +245,7 @@ mod tests {
         let instance = |profile: &GiProfile, start| GpuInstance {
             id: 0,
             profile_id: profile.id,
+            profile: String::new(),
             placement_start: start,
             memory_slices: profile.memory_slices,
             compute_slices: profile.compute_slices,

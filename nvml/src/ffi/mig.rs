@@ -492,8 +492,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
 /// `MIG 1c.3g.20gb` (`MIG 3g.20gb` for the profile spanning the GPU instance), as
 /// `nvidia-smi mig -lcip` lists compute-instance profiles.
 fn ci_profile_name(instance: &MigInstance, ci: &CiProfile) -> String {
-    let gi_name = instance.name.rsplit(" MIG ").next().unwrap_or_default();
-    if ci.compute_slices == instance.gpu_instance.compute_slices {
+    let gi = &instance.gpu_instance;
+    let gi_name = &gi.profile;
+    if ci.compute_slices == gi.compute_slices {
         format!("MIG {gi_name}")
     } else {
         format!("MIG {}c.{gi_name}", ci.compute_slices)
