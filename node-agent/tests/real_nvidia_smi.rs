@@ -124,47 +124,66 @@ fn nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints() -> anyhow::Result<()> {
     result
 }
 
+/// A node's document written where NVIDIA's binary reads it, and its report served where
+/// fakegpu's nvidia-smi asks for it.
+struct Node {
+    document: PathBuf,
+    url: String,
+}
+
+impl Node {
+    fn new(scratch: &std::path::Path, name: &str, report: &NodeReport) -> anyhow::Result<Self> {
+        let document = scratch.join(format!("{name}.yml"));
+        std::fs::write(&document, report.topology.to_yaml()?)?;
+        Ok(Self {
+            document,
+            url: serve(report)?,
+        })
+    }
+
+    /// What fakegpu's nvidia-smi and NVIDIA's print for `args` on this node.
+    fn outputs(
+        &self,
+        binary: &PathBuf,
+        library: &PathBuf,
+        args: &str,
+    ) -> anyhow::Result<(String, String)> {
+        let (code, ours, err) = smi(args, &environment(&self.url));
+        ensure!(code == 0, "fakegpu's nvidia-smi {args}: {err}");
+        Ok((ours, real(binary, library, &self.document, args)?))
+    }
+}
+
 fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
     let library = library_folder(scratch)?;
     let mut differences = Vec::new();
+    let mut differ = |what: String, ours: String, theirs: String| {
+        if ours != theirs {
+            differences.push(format!(
+                "{what}\n--- NVIDIA's ---\n{theirs}\n--- fakegpu's ---\n{ours}"
+            ));
+        }
+    };
     for (version, binary) in real_binaries()? {
         for profile in PROFILES {
-            let report = idle(report(profile), &version);
-            let document = scratch.join(format!("{}-{version}.yml", profile.name));
-            std::fs::write(&document, report.topology.to_yaml()?)?;
-            let url = serve(&report)?;
+            let name = format!("{}-{version}", profile.name);
+            let node = Node::new(scratch, &name, &idle(report(profile), &version))?;
             for args in ["", "-L", QUERY, APPS] {
-                let (code, ours, err) = smi(args, &environment(&url));
-                ensure!(code == 0, "fakegpu's nvidia-smi {args}: {err}");
-                let theirs = real(&binary, &library, &document, args)?;
+                let (ours, theirs) = node.outputs(&binary, &library, args)?;
                 let (ours, theirs) = if args.is_empty() {
                     (without_date(&ours), without_date(&theirs))
                 } else {
                     (ours, theirs)
                 };
-                if ours != theirs {
-                    differences.push(format!(
-                        "{} on {version}, nvidia-smi {args}\n--- NVIDIA's ---\n{theirs}\n--- fakegpu's ---\n{ours}",
-                        profile.name
-                    ));
-                }
+                let what = format!("{} on {version}, nvidia-smi {args}", profile.name);
+                differ(what, ours, theirs);
             }
         }
-        let report = partitioned(&version)?;
-        let document = scratch.join(format!("partitioned-{version}.yml"));
-        std::fs::write(&document, report.topology.to_yaml()?)?;
-        let url = serve(&report)?;
-        let (code, ours, err) = smi("", &environment(&url));
-        ensure!(code == 0, "fakegpu's nvidia-smi: {err}");
-        let (ours, theirs) = (
-            gpu_table(&ours),
-            gpu_table(&real(&binary, &library, &document, "")?),
-        );
-        if ours != theirs {
-            differences.push(format!(
-                "partitioned a100-80gb on {version}\n--- NVIDIA's ---\n{theirs}\n--- fakegpu's ---\n{ours}"
-            ));
-        }
+        let name = format!("partitioned-{version}");
+        let node = Node::new(scratch, &name, &partitioned(&version)?)?;
+        let (ours, theirs) = node.outputs(&binary, &library, "")?;
+        let what = format!("partitioned a100-80gb on {version}");
+        differ(what, gpu_table(&ours), gpu_table(&theirs));
     }
     ensure!(differences.is_empty(), "{}", differences.join("\n"));
     Ok(())
