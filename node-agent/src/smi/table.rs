@@ -93,10 +93,9 @@ impl Layout {
     }
 }
 
-/// The line between the GPUs (or the MIG devices) and the processes: 89 spaces whatever the
-/// table's width, as NVIDIA's 535 and 550 binaries print it.
-const BLANK_LINE: &str =
-    "                                                                                         ";
+/// The line between the GPUs (or the MIG devices) and the processes is this many spaces,
+/// whatever the table's width, as NVIDIA's 535 and 550 binaries print it.
+const BLANK_LINE: usize = 89;
 
 /// `text` cut to `width` characters, keeping its start and ending in `...`.
 fn cut_end(text: &str, width: usize) -> String {
@@ -260,7 +259,7 @@ fn mig_devices(layout: &Layout, machine: &Machine, out: &mut String) {
         let _ = writeln!(out, "{}", layout.border());
     }
     // The driver ends the section with the line of blanks it puts before the processes.
-    let _ = writeln!(out, "{BLANK_LINE}");
+    let _ = writeln!(out, "{:BLANK_LINE$}", "");
 }
 
 fn processes(layout: &Layout, machine: &Machine, out: &mut String) {
@@ -361,7 +360,7 @@ pub fn table(machine: &Machine, date: &str) -> String {
         let _ = writeln!(out);
         mig_devices(&layout, machine, &mut out);
     } else {
-        let _ = writeln!(out, "{BLANK_LINE}");
+        let _ = writeln!(out, "{:BLANK_LINE$}", "");
     }
     processes(&layout, machine, &mut out);
     out
