@@ -4,6 +4,8 @@
 //! `hack/cluster.sh` (real etcd, kube-apiserver with RBAC, scheduler, controller manager, KWOK).
 //! `hack/test.sh` starts it and runs them; without a cluster they fail, they do not skip.
 
+pub mod audit;
+
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -412,33 +414,21 @@ pub const OPERATOR_USER: &str = "system:serviceaccount:fakegpu-system:fakegpu-op
 /// records writes only), as `verb resource/name[/subresource]`, in order; leader-election
 /// lease renewals left out.
 pub fn operator_writes() -> anyhow::Result<Vec<String>> {
-    let dir = cluster_dir();
-    let text = std::fs::read_to_string(dir.join("logs/audit.log"))
+    let text = std::fs::read_to_string(cluster_dir().join("logs/audit.log"))
         .context("reading the API server's audit log")?;
-    let mut writes = Vec::new();
-    for line in text.lines() {
-        let entry: serde_json::Value = serde_json::from_str(line)?;
-        if entry["user"]["username"] != OPERATOR_USER || entry["stage"] != "ResponseComplete" {
-            continue;
-        }
-        let object = &entry["objectRef"];
-        // Lease renewals (leader election, every 2 s) are the heartbeat, not reconcile writes.
-        if object["resource"] == "leases" {
-            continue;
-        }
-        let mut write = format!(
-            "{} {}/{}",
-            entry["verb"].as_str().unwrap_or_default(),
-            object["resource"].as_str().unwrap_or_default(),
-            object["name"].as_str().unwrap_or_default()
-        );
-        if let Some(subresource) = object["subresource"].as_str() {
-            write.push('/');
-            write.push_str(subresource);
-        }
-        writes.push(write);
-    }
-    Ok(writes)
+    Ok(text
+        .lines()
+        .filter_map(audit::implementation_write)
+        .filter(|write| write.user == OPERATOR_USER)
+        .map(|write| {
+            let mut text = format!("{} {}/{}", write.verb, write.resource, write.name);
+            if let Some(subresource) = write.subresource {
+                text.push('/');
+                text.push_str(&subresource);
+            }
+            text
+        })
+        .collect())
 }
 
 /// Runs a hack/ script with the test's environment; fails on a non-zero exit.

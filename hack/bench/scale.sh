@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Scale benchmark: for each node count, a fresh local control plane (own directory and ports),
-# the operator built with --release and run as its ServiceAccount, and the driver
-# (e2e/src/bin/scale.rs) creating KWOK nodes, applying pools and measuring. Prints a table.
+# the implementation under test started (fakegpu: the operator built with --release, run as its
+# ServiceAccount), and the driver (e2e/src/bin/scale.rs) creating KWOK nodes, having the
+# implementation set up the pools and measuring. Prints a table.
 #
 #   hack/bench/scale.sh [NODES ...]          default: 100 1000
 #   FAKEGPU_BENCH_POOLS=4 FAKEGPU_BENCH_PODS=500 hack/bench/scale.sh 5000
 #   FAKEGPU_BENCH_PROFILE_SECS=40 hack/bench/scale.sh 10000   # + kube-apiserver CPU profile
+#   hack/bench/scale.sh --compare ADAPTER [NODES ...]   # fakegpu, then ADAPTER's implementation,
+#                                                       # on the same node counts
+#
+# An adapter is an executable answering `start`, `pools LAYOUT`, `restart`, `stop`, `pids` for
+# its implementation (hack/bench/impl/fakegpu.sh is fakegpu's; e2e/src/bin/scale.rs says what
+# each must do). Its writes are counted in the API server's audit log (service accounts
+# outside kube-system), so both implementations are measured the same way.
 #
 # With FAKEGPU_BENCH_PROFILE_SECS, kube-apiserver's CPU is profiled (its /debug/pprof, as
 # admin) for that many seconds from the moment the pools are applied; the profile lands in
-# .cache/bench/apiserver-<nodes>.pprof (`go tool pprof -top` it; the summary is printed).
+# .cache/bench/apiserver-<impl>-<nodes>.pprof (`go tool pprof -top` it; the summary is printed).
 #
 # Not a test: nothing is asserted. Results land in .cache/bench/results.md as well.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
+implementations=("$repo/hack/bench/impl/fakegpu.sh")
+if [[ ${1:-} == --compare ]]; then
+  [[ -x ${2:-} ]] || { echo "--compare needs an executable adapter" >&2; exit 2; }
+  implementations+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")")
+  shift 2
+fi
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(100 1000)
 pools=${FAKEGPU_BENCH_POOLS:-4}
@@ -24,14 +38,16 @@ export FAKEGPU_CLUSTER_DIR=$repo/.cache/bench/cluster
 export FAKEGPU_ETCD_PORT=22379 FAKEGPU_ETCD_PEER_PORT=22380 FAKEGPU_APISERVER_PORT=26443
 export FAKEGPU_KCM_PORT=30257 FAKEGPU_SCHEDULER_PORT=30259 FAKEGPU_KWOK_PORT=30247
 export FAKEGPU_HTTP_ADDR=127.0.0.1:38080
-export FAKEGPU_OPERATOR_BIN=$repo/target/release/fakegpu-operator
 results=$repo/.cache/bench/results.md
 mkdir -p "$(dirname "$results")"
 
 # A profiler still waiting for "pools applied" (the driver failed first) goes too.
 cleanup() {
   kill $(jobs -p) 2>/dev/null || true
-  hack/operator.sh stop >/dev/null 2>&1 || true
+  local implementation
+  for implementation in "${implementations[@]}"; do
+    "$implementation" stop >/dev/null 2>&1 || true
+  done
   hack/cluster.sh down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -39,44 +55,47 @@ trap cleanup EXIT
 hack/cluster.sh build
 cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale
 
-header="| nodes | pools | nodes up s (created, KWOK-initialized) | converge s | operator CPU s | operator peak RSS MiB | first-pass writes/node | resync writes | GPU pods/s | plain pods/s (operator stopped) |"
+header="| implementation | nodes | pools | nodes up s (created, KWOK-initialized) | converge s | implementation CPU s | implementation peak RSS MiB | API server CPU ms/node | same, above idle | first-pass writes/node | first-pass request bytes/node | resync writes | GPU pods/s | plain pods/s (implementation stopped) |"
 {
-  echo "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: hack/bench/scale.sh ${sizes[*]} (pools=$pools pods=$pods)"
+  echo "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: hack/bench/scale.sh ${sizes[*]} (pools=$pools pods=$pods; ${implementations[*]##*/})"
   echo
   echo "$header"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$results"
 profiles=()
 # The driver logs "pools applied" when it applies the pools: convergence starts there.
-profile_apiserver() {
-  local out=$repo/.cache/bench/apiserver-$1.pprof
+profile_apiserver() { # <output>
   until grep -qs '^pools applied' "$FAKEGPU_CLUSTER_DIR/driver.log"; do sleep 0.2; done
   "$repo/target/hack-bin/kubectl" get --raw \
-    "/debug/pprof/profile?seconds=$FAKEGPU_BENCH_PROFILE_SECS" >"$out"
+    "/debug/pprof/profile?seconds=$FAKEGPU_BENCH_PROFILE_SECS" >"$1"
 }
 for n in "${sizes[@]}"; do
-  cleanup
-  rm -rf "$FAKEGPU_CLUSTER_DIR"
-  eval "$(hack/cluster.sh up)"
-  # The bench cluster has no smoke node in the way: the driver counts only its own nodes.
-  hack/operator.sh install
-  hack/operator.sh restart
-  echo "==> $n nodes, $pools pools, $pods pods" >&2
-  rm -f "$FAKEGPU_CLUSTER_DIR/driver.log"
-  if [[ -n ${FAKEGPU_BENCH_PROFILE_SECS:-} ]]; then
-    profile_apiserver "$n" &
-  fi
-  # Progress goes to driver.log (tail -f it); it is shown when the size is done.
-  target/release/scale --nodes "$n" --pools "$pools" --pods "$pods" \
-    2>"$FAKEGPU_CLUSTER_DIR/driver.log" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
-  cat "$FAKEGPU_CLUSTER_DIR/driver.log" >&2
-  head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
-  profiles+=("$n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
-  wait
-  if [[ -s $repo/.cache/bench/apiserver-$n.pprof ]]; then
-    echo "==> kube-apiserver CPU profile, $n nodes (.cache/bench/apiserver-$n.pprof)" >&2
-    go tool pprof -top -cum -nodecount=40 "$repo/.cache/bench/apiserver-$n.pprof" >&2 2>/dev/null || true
-  fi
+  for implementation in "${implementations[@]}"; do
+    name=$(basename "${implementation%.*}")
+    cleanup
+    rm -rf "$FAKEGPU_CLUSTER_DIR"
+    eval "$(hack/cluster.sh up)"
+    # The bench cluster has no smoke node in the way: the driver counts only its own nodes.
+    "$implementation" start
+    echo "==> $name: $n nodes, $pools pools, $pods pods" >&2
+    rm -f "$FAKEGPU_CLUSTER_DIR/driver.log"
+    profile=$repo/.cache/bench/apiserver-$name-$n.pprof
+    rm -f "$profile"
+    if [[ -n ${FAKEGPU_BENCH_PROFILE_SECS:-} ]]; then
+      profile_apiserver "$profile" &
+    fi
+    # Progress goes to driver.log (tail -f it); it is shown when the size is done.
+    target/release/scale --impl "$implementation" --nodes "$n" --pools "$pools" --pods "$pods" \
+      2>"$FAKEGPU_CLUSTER_DIR/driver.log" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
+    cat "$FAKEGPU_CLUSTER_DIR/driver.log" >&2
+    head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
+    profiles+=("$name, $n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
+    wait
+    if [[ -s $profile ]]; then
+      echo "==> kube-apiserver CPU profile, $name, $n nodes ($profile)" >&2
+      go tool pprof -top -cum -nodecount=40 "$profile" >&2 2>/dev/null || true
+    fi
+  done
 done
 {
   echo

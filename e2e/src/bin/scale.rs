@@ -1,24 +1,37 @@
 //! Scale benchmark driver; `hack/bench/scale.sh` runs it against a fresh local control plane
-//! with the operator (release build) running as its ServiceAccount.
+//! with the implementation under test started (fakegpu's operator, release build, as its
+//! ServiceAccount; or another implementation through an adapter script, see `--impl`).
 //!
-//! One run: create N KWOK nodes spread over P pools, wait until KWOK has initialized them, apply
-//! the pools, and measure until every node has its labels, capacity, ResourceSlice (DRA pools)
-//! and topology ConfigMap; the operator's CPU time and peak RSS; its writes per node in the
-//! first pass and in a resync (operator restart); then how fast the real scheduler binds M pods
-//! asking for `nvidia.com/gpu`, and M plain pods with the operator stopped (the same cluster
-//! without fakegpu at work). Prints one Markdown table row and one JSON line.
+//! One run: create N KWOK nodes spread over P pools, wait until KWOK has initialized them, have
+//! the implementation set up the pools, and measure until every node has its GPUs (for fakegpu
+//! also its labels, ResourceSlice (DRA pools) and topology ConfigMap); the implementation's CPU
+//! time and peak RSS, the API server's CPU per node; the implementation's writes and request
+//! bytes per node (from the API server's audit log, the same for any implementation) in the
+//! first pass and in a resync (restart); then how fast the real scheduler binds M pods asking
+//! for `nvidia.com/gpu`, and M plain pods with the implementation stopped. Prints one Markdown
+//! table row and one JSON line.
+//!
+//! An implementation is an executable called as `IMPL pools LAYOUT` (set up the pools that the
+//! tab-separated LAYOUT file lists; nodes carry the reference's pool label already), `IMPL
+//! restart`, `IMPL stop` and `IMPL pids` (its processes' pids, one a line), run by
+//! hack/bench/scale.sh, which calls `IMPL start` before the nodes are created. Its writes are
+//! those of service accounts outside `kube-system`. `hack/bench/impl/fakegpu.sh` is fakegpu's.
 
 use std::{
-    collections::BTreeMap,
-    path::PathBuf,
+    collections::{BTreeMap, HashSet},
+    path::{Path, PathBuf},
+    process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
-use fakegpu_api::names::{label, metric, topology as topology_names};
+use fakegpu_api::{
+    names::{label, topology as topology_names},
+    profiles::profile,
+};
 use fakegpu_e2e::{
-    admin_client, create_namespace, create_pool, hack, http_get, install_crds, operator_address,
-    process_usage,
+    admin_client, audit::AuditTail, cluster_dir, create_namespace, install_crds, process_usage,
+    repo_root,
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
@@ -45,6 +58,7 @@ struct Args {
     pods: usize,
     concurrency: usize,
     timeout: Duration,
+    implementation: PathBuf,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -54,6 +68,7 @@ fn parse_args() -> anyhow::Result<Args> {
         pods: 200,
         concurrency: 48,
         timeout: Duration::from_secs(1800),
+        implementation: repo_root().join("hack/bench/impl/fakegpu.sh"),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -64,6 +79,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--pods" => args.pods = value.parse()?,
             "--concurrency" => args.concurrency = value.parse()?,
             "--timeout-secs" => args.timeout = Duration::from_secs(value.parse()?),
+            "--impl" => args.implementation = value.into(),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -73,17 +89,68 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
+/// The implementation under test, driven through its adapter script.
+struct Implementation {
+    script: PathBuf,
+    /// The script's name without extension: `fakegpu` gets the stricter convergence check.
+    name: String,
+}
+
+impl Implementation {
+    fn new(script: &Path) -> anyhow::Result<Self> {
+        let name = script
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .with_context(|| format!("implementation script {}", script.display()))?
+            .to_owned();
+        Ok(Self {
+            script: script.to_owned(),
+            name,
+        })
+    }
+
+    fn run(&self, args: &[&str]) -> anyhow::Result<String> {
+        let output = Command::new(&self.script)
+            .args(args)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {}", self.script.display()))?;
+        if !output.status.success() {
+            bail!(
+                "{} {} failed: {}",
+                self.script.display(),
+                args.join(" "),
+                output.status
+            );
+        }
+        Ok(String::from_utf8(output.stdout)?)
+    }
+
+    fn pids(&self) -> anyhow::Result<Vec<u32>> {
+        self.run(&["pids"])?
+            .split_whitespace()
+            .map(|pid| pid.parse().with_context(|| format!("pid {pid:?}")))
+            .collect()
+    }
+
+    /// CPU seconds and peak RSS (MiB) of all its processes.
+    fn usage(&self) -> anyhow::Result<(f64, f64)> {
+        let mut total = (0.0, 0.0);
+        for pid in self.pids()? {
+            let (cpu, rss) = process_usage(pid)?;
+            total = (total.0 + cpu, total.1 + rss);
+        }
+        Ok(total)
+    }
+}
+
 /// Pool `i`: even pools serve DRA and the device plugin (H100 x8), odd ones only the device
-/// plugin (L40S x4), so both write paths are measured.
-fn pool_spec(i: usize) -> (serde_json::Value, u32, bool) {
+/// plugin (L40S x4), so both write paths are measured. Profile name, GPUs per node, DRA.
+fn pool_spec(i: usize) -> (&'static str, u32, bool) {
     if i.is_multiple_of(2) {
-        (
-            json!({"gpu": {"profile": "h100"}, "interfaces": {"devicePlugin": true, "dra": true}}),
-            8,
-            true,
-        )
+        ("h100", 8, true)
     } else {
-        (json!({"gpu": {"profile": "l40s", "count": 4}}), 4, false)
+        ("l40s", 4, false)
     }
 }
 
@@ -95,16 +162,24 @@ fn node_name(i: usize) -> String {
     format!("scale-{i:05}")
 }
 
-fn cluster_dir() -> PathBuf {
-    std::env::var_os("FAKEGPU_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| fakegpu_e2e::repo_root().join(".cache/cluster"))
-}
-
-fn operator_pid() -> anyhow::Result<u32> {
-    let text = std::fs::read_to_string(cluster_dir().join("run/operator.pid"))
-        .context("operator pid file (is the operator running?)")?;
-    Ok(text.trim().parse()?)
+/// The pools as the adapters read them, one a line: pool name (the value of the reference's
+/// pool label on its nodes), GPUs per node, fakegpu profile, product (GFD's label form),
+/// memory per GPU in MiB, whether DRA is served.
+fn write_layout(args: &Args) -> anyhow::Result<PathBuf> {
+    let mut text = String::from("# pool\tgpus\tprofile\tproduct\tmemory_mib\tdra\n");
+    for i in 0..args.pools {
+        let (name, gpus, dra) = pool_spec(i);
+        let catalog = profile(name).with_context(|| format!("profile {name}"))?;
+        text.push_str(&format!(
+            "{}\t{gpus}\t{name}\t{}\t{}\t{dra}\n",
+            pool_name(i),
+            catalog.product.replace(' ', "-"),
+            catalog.memory_mib
+        ));
+    }
+    let path = cluster_dir().join("bench-pools.tsv");
+    std::fs::write(&path, text)?;
+    Ok(path)
 }
 
 /// The processes whose CPU time the convergence is split into: where the time goes.
@@ -116,8 +191,9 @@ const PROFILED: [&str; 5] = [
     "kube-scheduler",
 ];
 
-/// CPU seconds so far of each profiled control-plane process, the operator and this driver.
-fn cpu_by_process(operator: u32) -> anyhow::Result<BTreeMap<&'static str, f64>> {
+/// CPU seconds so far of each profiled control-plane process, the implementation and this
+/// driver.
+fn cpu_by_process(implementation: &Implementation) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     let mut cpu = BTreeMap::new();
     for name in PROFILED {
         let pid: u32 = std::fs::read_to_string(cluster_dir().join(format!("run/{name}.pid")))
@@ -126,7 +202,7 @@ fn cpu_by_process(operator: u32) -> anyhow::Result<BTreeMap<&'static str, f64>> 
             .parse()?;
         cpu.insert(name, process_usage(pid)?.0);
     }
-    cpu.insert("fakegpu-operator", process_usage(operator)?.0);
+    cpu.insert("implementation", implementation.usage()?.0);
     cpu.insert("driver", process_usage(std::process::id())?.0);
     Ok(cpu)
 }
@@ -142,47 +218,41 @@ fn cpu_used(
         .collect()
 }
 
-/// Cores each process kept busy between two [`cpu_by_process`] samples `over` apart.
-fn cpu_share(
-    before: &BTreeMap<&'static str, f64>,
-    after: BTreeMap<&'static str, f64>,
-    over: Duration,
-) -> String {
-    cpu_used(before, after)
-        .iter()
-        .map(|(name, used)| format!("{name} {:.2}", used / over.as_secs_f64()))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// The implementation's writes, as the audit log tells them.
+#[derive(Default)]
+struct Writes {
+    count: u64,
+    bytes: u64,
+    /// `verb resource[/subresource]` → count.
+    by_kind: BTreeMap<String, u64>,
 }
 
-/// The operator's write counters by kind and verb.
-fn operator_writes_by_kind() -> anyhow::Result<Vec<(String, u64)>> {
-    let text = http_get(&operator_address(), "/metrics")?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.strip_prefix(metric::WRITES))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), value.parse::<f64>().ok()? as u64))
-        })
-        .collect())
-}
-
-/// The operator's write counter, summed over kinds and verbs.
-fn operator_writes() -> anyhow::Result<u64> {
-    Ok(operator_writes_by_kind()?.iter().map(|(_, v)| v).sum())
-}
-
-/// Waits until the operator's write counter stays put for `quiet`; returns it.
-async fn quiet_writes(quiet: Duration) -> anyhow::Result<u64> {
-    let mut last = operator_writes()?;
-    loop {
-        tokio::time::sleep(quiet).await;
-        let now = operator_writes()?;
-        if now == last {
-            return Ok(now);
+impl Writes {
+    fn take(&mut self, audit: &mut AuditTail) -> anyhow::Result<usize> {
+        let new = audit.poll()?;
+        for write in &new {
+            self.count += 1;
+            self.bytes += write.body_bytes as u64;
+            let mut kind = format!("{} {}", write.verb, write.resource);
+            if let Some(subresource) = &write.subresource {
+                kind.push('/');
+                kind.push_str(subresource);
+            }
+            *self.by_kind.entry(kind).or_default() += 1;
         }
-        last = now;
+        Ok(new.len())
+    }
+
+    /// Takes writes until none came for `quiet`.
+    async fn until_quiet(&mut self, audit: &mut AuditTail, quiet: Duration) -> anyhow::Result<()> {
+        let mut last = Instant::now();
+        while last.elapsed() < quiet {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if self.take(audit)? > 0 {
+                last = Instant::now();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -247,21 +317,33 @@ fn initialized(nodes: &Store<Node>) -> usize {
         .count()
 }
 
-/// How many benchmark nodes carry everything their pool gives them.
-fn converged(
-    args: &Args,
-    nodes: &Store<Node>,
-    configmaps: &Store<ConfigMap>,
-    slices: &Store<ResourceSlice>,
-) -> usize {
-    let have_cm: std::collections::HashSet<String> =
-        configmaps.state().iter().map(|c| c.name_any()).collect();
-    let have_slice: std::collections::HashSet<String> = slices
+/// What convergence is checked against: any implementation's GPUs, and fakegpu's own objects.
+struct Watched {
+    nodes: Store<Node>,
+    configmaps: Store<ConfigMap>,
+    slices: Store<ResourceSlice>,
+    /// Whether the topology ConfigMaps, ResourceSlices and fakegpu's pool label count too.
+    fakegpu: bool,
+}
+
+/// How many benchmark nodes carry everything their pool gives them: the GPUs beside KWOK's
+/// allocatable for any implementation; for fakegpu also its pool label, topology ConfigMap
+/// and (DRA pools) ResourceSlice.
+fn converged(args: &Args, watched: &Watched) -> usize {
+    let have_cm: HashSet<String> = watched
+        .configmaps
+        .state()
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    let have_slice: HashSet<String> = watched
+        .slices
         .state()
         .iter()
         .filter_map(|s| s.spec.node_name.clone())
         .collect();
-    nodes
+    watched
+        .nodes
         .state()
         .iter()
         .filter(|node| {
@@ -273,13 +355,16 @@ fn converged(
                 return false;
             };
             let (_, gpus, dra) = pool_spec(index % args.pools);
-            let pool = pool_name(index % args.pools);
-            let labelled = node.labels().get("fakegpu.dev/pool") == Some(&pool);
             let capacity = initialized_allocatable(node)
                 .and_then(|a| a.get("nvidia.com/gpu"))
                 .is_some_and(|q| q.0 == gpus.to_string());
+            if !watched.fakegpu {
+                return capacity;
+            }
+            let pool = pool_name(index % args.pools);
+            let labelled = node.labels().get("fakegpu.dev/pool") == Some(&pool);
             let cm = have_cm.contains(&format!("{}{name}", topology_names::CONFIGMAP_PREFIX));
-            labelled && capacity && cm && (!dra || have_slice.contains(&name))
+            capacity && labelled && cm && (!dra || have_slice.contains(&name))
         })
         .count()
 }
@@ -337,9 +422,17 @@ async fn schedule_pods(
     Ok(count as f64 / start.elapsed().as_secs_f64())
 }
 
+fn per_process(cpu: &BTreeMap<&'static str, f64>, scale: f64) -> String {
+    cpu.iter()
+        .map(|(name, used)| format!("{name} {:.2}", used / scale))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    let implementation = Implementation::new(&args.implementation)?;
     let client = admin_client().await?;
     install_crds(&client).await?;
 
@@ -360,39 +453,44 @@ async fn main() -> anyhow::Result<()> {
     nodes.wait_until_ready().await?;
     configmaps.wait_until_ready().await?;
     slices.wait_until_ready().await?;
+    let watched = Watched {
+        nodes,
+        configmaps,
+        slices,
+        fakegpu: implementation.name == "fakegpu",
+    };
     // The pools go onto a cluster whose nodes are up: KWOK gives each its status first (the
-    // operator waits for that too), and its pace is not the operator's.
+    // operator waits for that too), and its pace is not the implementation's.
     let started = Instant::now();
-    while initialized(&nodes) < args.nodes {
+    while initialized(&watched.nodes) < args.nodes {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let node_init = started.elapsed();
     eprintln!("KWOK initialized the nodes {node_init:.1?} later");
 
-    let pid = operator_pid()?;
     // What the cluster costs with no pool at all (KWOK's heartbeats and leases, the controllers'
     // resyncs): the floor under every number below.
-    let idle_before = cpu_by_process(pid)?;
+    let idle_before = cpu_by_process(&implementation)?;
     let idle = Duration::from_secs(10);
     tokio::time::sleep(idle).await;
+    let idle_cpu = cpu_used(&idle_before, cpu_by_process(&implementation)?);
     eprintln!(
-        "CPU cores busy before any pool ({:.0?} idle): {}",
-        idle,
-        cpu_share(&idle_before, cpu_by_process(pid)?, idle)
+        "CPU cores busy before any pool ({idle:.0?} idle): {}",
+        per_process(&idle_cpu, idle.as_secs_f64())
     );
 
-    let writes_before = operator_writes()?;
-    let (cpu_before, _) = process_usage(pid)?;
-    let profile_before = cpu_by_process(pid)?;
+    let layout = write_layout(&args)?;
+    let mut audit = AuditTail::from_now(&cluster_dir().join("logs/audit.log"))?;
+    let mut first_pass = Writes::default();
+    let (cpu_before, _) = implementation.usage()?;
+    let profile_before = cpu_by_process(&implementation)?;
     let t0 = Instant::now();
-    for i in 0..args.pools {
-        create_pool(&client, &pool_name(i), pool_spec(i).0).await?;
-    }
+    implementation.run(&["pools", &layout.to_string_lossy()])?;
     // hack/bench/scale.sh starts its profile of the API server on this line.
     eprintln!("pools applied");
     let mut last_report = Instant::now();
     loop {
-        let done = converged(&args, &nodes, &configmaps, &slices);
+        let done = converged(&args, &watched);
         if done >= args.nodes {
             break;
         }
@@ -411,69 +509,96 @@ async fn main() -> anyhow::Result<()> {
             );
             last_report = Instant::now();
         }
+        first_pass.take(&mut audit)?;
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let converge = t0.elapsed();
-    let (cpu_after, _) = process_usage(pid)?;
-    let profile = cpu_used(&profile_before, cpu_by_process(pid)?);
+    let (cpu_after, _) = implementation.usage()?;
+    let profile = cpu_used(&profile_before, cpu_by_process(&implementation)?);
     let busy: f64 = profile.values().sum();
     eprintln!(
         "CPU seconds during convergence ({:.1} s wall, {:.1} CPU-s, {} cores): {}",
         converge.as_secs_f64(),
         busy,
         std::thread::available_parallelism().map_or(0, usize::from),
-        profile
-            .iter()
-            .map(|(name, cpu)| format!("{name} {cpu:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        per_process(&profile, 1.0)
     );
-    let first_pass = quiet_writes(Duration::from_secs(5)).await? - writes_before;
-    let (_, peak_rss) = process_usage(pid)?;
+    let n = args.nodes as f64;
+    let apiserver = profile.get("kube-apiserver").copied().unwrap_or_default();
+    // The API server's own floor (KWOK's heartbeats) over the same time, from the idle sample.
+    let apiserver_idle = idle_cpu.get("kube-apiserver").copied().unwrap_or_default()
+        / idle.as_secs_f64()
+        * converge.as_secs_f64();
+    first_pass
+        .until_quiet(&mut audit, Duration::from_secs(5))
+        .await?;
+    let (_, peak_rss) = implementation.usage()?;
     eprintln!(
-        "converged in {converge:.1?}; first pass {first_pass} writes (cumulative by kind: {:?})",
-        operator_writes_by_kind()?
+        "converged in {converge:.1?}; first pass {} writes, {} request bytes (by kind: {:?})",
+        first_pass.count, first_pass.bytes, first_pass.by_kind
     );
 
-    hack("operator.sh", &["restart"])?;
-    let resync = quiet_writes(Duration::from_secs(10)).await?;
-    let (_, resync_rss) = process_usage(operator_pid()?)?;
-    eprintln!("resync: {resync} writes");
+    implementation.run(&["restart"])?;
+    let mut resync = Writes::default();
+    resync
+        .until_quiet(&mut audit, Duration::from_secs(10))
+        .await?;
+    let (_, resync_rss) = implementation.usage()?;
+    eprintln!(
+        "resync: {} writes (by kind: {:?})",
+        resync.count, resync.by_kind
+    );
 
     let gpu_rate = schedule_pods(&client, args.pods, true, args.concurrency).await?;
-    hack("operator.sh", &["stop"])?;
+    implementation.run(&["stop"])?;
     let plain_rate = schedule_pods(&client, args.pods, false, args.concurrency).await?;
     for task in [node_task, cm_task, slice_task] {
         task.abort();
     }
 
-    let n = args.nodes as f64;
-    let first_pass = first_pass as f64;
     let row = BTreeMap::from([
+        ("implementation", json!(implementation.name)),
         ("nodes", json!(args.nodes)),
         ("pools", json!(args.pools)),
         ("node_creation_s", json!(node_creation.as_secs_f64())),
         ("node_init_s", json!(node_init.as_secs_f64())),
         ("converge_s", json!(converge.as_secs_f64())),
-        ("operator_cpu_s", json!(cpu_after - cpu_before)),
-        ("operator_peak_rss_mib", json!(peak_rss)),
+        ("implementation_cpu_s", json!(cpu_after - cpu_before)),
+        ("implementation_peak_rss_mib", json!(peak_rss)),
         ("resync_peak_rss_mib", json!(resync_rss)),
-        ("first_pass_writes_per_node", json!(first_pass / n)),
-        ("resync_writes", json!(resync)),
+        ("apiserver_cpu_ms_per_node", json!(apiserver / n * 1000.0)),
+        (
+            "apiserver_cpu_ms_per_node_above_idle",
+            json!((apiserver - apiserver_idle) / n * 1000.0),
+        ),
+        (
+            "first_pass_writes_per_node",
+            json!(first_pass.count as f64 / n),
+        ),
+        (
+            "first_pass_write_bytes_per_node",
+            json!(first_pass.bytes as f64 / n),
+        ),
+        ("first_pass_writes_by_kind", json!(first_pass.by_kind)),
+        ("resync_writes", json!(resync.count)),
         ("gpu_pods_per_s", json!(gpu_rate)),
         ("plain_pods_per_s", json!(plain_rate)),
         ("convergence_cpu_s_by_process", json!(profile)),
     ]);
     println!(
-        "| {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2} | {} | {:.0} | {:.0} |",
+        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.2} | {:.0} | {} | {:.0} | {:.0} |",
+        implementation.name,
         args.nodes,
         args.pools,
         (node_creation + node_init).as_secs_f64(),
         converge.as_secs_f64(),
         cpu_after - cpu_before,
         peak_rss,
-        first_pass / n,
-        resync,
+        apiserver / n * 1000.0,
+        (apiserver - apiserver_idle) / n * 1000.0,
+        first_pass.count as f64 / n,
+        first_pass.bytes as f64 / n,
+        resync.count,
         gpu_rate,
         plain_rate
     );

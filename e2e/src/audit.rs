@@ -1,0 +1,249 @@
+//! Writes as the API server saw them, from its audit log: the one count that is the same
+//! whichever implementation made them, so the scale benchmark can put fakegpu and another
+//! implementation side by side. hack/cluster.sh's policy logs every write with its metadata
+//! and, for service accounts outside `kube-system` (where an implementation under test runs;
+//! the controller manager's accounts are in `kube-system`), the request body too.
+
+use std::{
+    fs::File,
+    io::{BufRead, BufReader, Seek, SeekFrom},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+
+/// One write request an implementation under test made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub user: String,
+    /// `create`, `update`, `patch`, `delete`, ...
+    pub verb: String,
+    pub resource: String,
+    pub name: String,
+    pub subresource: Option<String>,
+    /// The request body's size as the audit log records it (compact JSON).
+    pub body_bytes: usize,
+}
+
+/// Group every service account is in, and the one of the control plane's own.
+const SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
+const CONTROL_PLANE_ACCOUNTS: &str = "system:serviceaccounts:kube-system";
+
+/// The write an audit line records, if it is a completed write by a service account outside
+/// `kube-system` and not a lease renewal (leader election's heartbeat, every 2 s whatever
+/// the load, is not reconcile work).
+pub fn implementation_write(line: &str) -> Option<Write> {
+    // Most lines are KWOK's node heartbeats (the admin user): skip them without parsing.
+    if !line.contains(SERVICE_ACCOUNTS) || !line.contains("ResponseComplete") {
+        return None;
+    }
+    let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+    if entry["stage"] != "ResponseComplete" {
+        return None;
+    }
+    let groups = entry["user"]["groups"].as_array()?;
+    let in_group = |group: &str| groups.iter().any(|g| g == group);
+    if !in_group(SERVICE_ACCOUNTS) || in_group(CONTROL_PLANE_ACCOUNTS) {
+        return None;
+    }
+    let object = &entry["objectRef"];
+    let resource = object["resource"].as_str()?.to_owned();
+    if resource == "leases" {
+        return None;
+    }
+    Some(Write {
+        user: entry["user"]["username"].as_str()?.to_owned(),
+        verb: entry["verb"].as_str()?.to_owned(),
+        resource,
+        name: object["name"].as_str().unwrap_or_default().to_owned(),
+        subresource: object["subresource"].as_str().map(str::to_owned),
+        body_bytes: match &entry["requestObject"] {
+            serde_json::Value::Null => 0,
+            body => body.to_string().len(),
+        },
+    })
+}
+
+/// Follows the audit log from a point on, across the API server's rotations (it renames the
+/// full file and starts a new one; the handle kept on the old one reads it to its end first).
+#[derive(Debug)]
+pub struct AuditTail {
+    path: PathBuf,
+    reader: Option<(BufReader<File>, u64)>,
+    /// A line the API server had not finished writing at the last poll.
+    partial: String,
+}
+
+impl AuditTail {
+    /// Starts at the log's current end: only writes from now on are seen.
+    pub fn from_now(path: &Path) -> anyhow::Result<Self> {
+        let mut tail = Self {
+            path: path.to_owned(),
+            reader: None,
+            partial: String::new(),
+        };
+        if let Some((mut file, inode)) = tail.open()? {
+            file.seek(SeekFrom::End(0))?;
+            tail.reader = Some((BufReader::new(file), inode));
+        }
+        Ok(tail)
+    }
+
+    fn open(&self) -> anyhow::Result<Option<(File, u64)>> {
+        match File::open(&self.path) {
+            Ok(file) => {
+                let inode = file.metadata()?.ino();
+                Ok(Some((file, inode)))
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error).with_context(|| format!("opening {}", self.path.display())),
+        }
+    }
+
+    /// The implementation writes logged since the last poll.
+    pub fn poll(&mut self) -> anyhow::Result<Vec<Write>> {
+        let mut writes = Vec::new();
+        loop {
+            if let Some((reader, _)) = &mut self.reader {
+                loop {
+                    let read = reader.read_line(&mut self.partial)?;
+                    if read == 0 {
+                        break;
+                    }
+                    if self.partial.ends_with('\n') {
+                        writes.extend(implementation_write(&self.partial));
+                        self.partial.clear();
+                    }
+                }
+            }
+            // At the end of the file we hold: if the path names another file now, the log
+            // rotated and the rest is there.
+            let current = self.reader.as_ref().map(|(_, inode)| *inode);
+            match self.open()? {
+                Some((file, inode)) if Some(inode) != current => {
+                    self.partial.clear();
+                    self.reader = Some((BufReader::new(file), inode));
+                }
+                _ => return Ok(writes),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn line(user: &str, groups: &[&str], resource: &str, body: Option<&str>) -> String {
+        let mut entry = serde_json::json!({
+            "stage": "ResponseComplete", "verb": "patch",
+            "user": {"username": user, "groups": groups},
+            "objectRef": {"resource": resource, "name": "n1", "subresource": "status"},
+        });
+        if let Some(body) = body {
+            entry["requestObject"] = serde_json::from_str(body).unwrap();
+        }
+        format!("{entry}\n")
+    }
+
+    const OPERATOR: &str = "system:serviceaccount:fakegpu-system:fakegpu-operator";
+    const OPERATOR_GROUPS: [&str; 2] = [
+        "system:serviceaccounts",
+        "system:serviceaccounts:fakegpu-system",
+    ];
+
+    #[test]
+    fn only_an_implementation_s_writes_count() {
+        let write = implementation_write(&line(
+            OPERATOR,
+            &OPERATOR_GROUPS,
+            "nodes",
+            Some(r#"{"a": 1}"#),
+        ))
+        .unwrap();
+        assert_eq!(write.user, OPERATOR);
+        assert_eq!(write.resource, "nodes");
+        assert_eq!(write.subresource.as_deref(), Some("status"));
+        assert_eq!(write.body_bytes, r#"{"a":1}"#.len());
+
+        let kcm = [
+            "system:serviceaccounts",
+            "system:serviceaccounts:kube-system",
+        ];
+        assert_eq!(
+            implementation_write(&line(
+                "system:serviceaccount:kube-system:x",
+                &kcm,
+                "pods",
+                None
+            )),
+            None
+        );
+        assert_eq!(
+            implementation_write(&line("admin", &["system:masters"], "nodes", None)),
+            None
+        );
+        assert_eq!(
+            implementation_write(&line(OPERATOR, &OPERATOR_GROUPS, "leases", None)),
+            None
+        );
+        assert_eq!(
+            implementation_write("not json with system:serviceaccounts ResponseComplete"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_tail_sees_new_lines_once_across_a_rotation() {
+        let dir = std::env::temp_dir().join(format!("fakegpu-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.log");
+        let mut log = File::create(&path).unwrap();
+        log.write_all(line(OPERATOR, &OPERATOR_GROUPS, "nodes", None).as_bytes())
+            .unwrap();
+
+        let mut tail = AuditTail::from_now(&path).unwrap();
+        assert_eq!(
+            tail.poll().unwrap(),
+            vec![],
+            "lines before the start are not seen"
+        );
+
+        // Half a line, then the rest: one write, seen when complete.
+        let next = line(OPERATOR, &OPERATOR_GROUPS, "configmaps", None);
+        let (head, rest) = next.split_at(20);
+        log.write_all(head.as_bytes()).unwrap();
+        assert_eq!(tail.poll().unwrap(), vec![]);
+        log.write_all(rest.as_bytes()).unwrap();
+        log.write_all(line(OPERATOR, &OPERATOR_GROUPS, "nodes", None).as_bytes())
+            .unwrap();
+        let seen: Vec<_> = tail
+            .poll()
+            .unwrap()
+            .into_iter()
+            .map(|w| w.resource)
+            .collect();
+        assert_eq!(seen, ["configmaps", "nodes"]);
+
+        // Rotation: the old file gets one last line after the rename, the new one its own.
+        std::fs::rename(&path, dir.join("audit-1.log")).unwrap();
+        log.write_all(line(OPERATOR, &OPERATOR_GROUPS, "resourceslices", None).as_bytes())
+            .unwrap();
+        let mut fresh = File::create(&path).unwrap();
+        fresh
+            .write_all(line(OPERATOR, &OPERATOR_GROUPS, "events", None).as_bytes())
+            .unwrap();
+        let seen: Vec<_> = tail
+            .poll()
+            .unwrap()
+            .into_iter()
+            .map(|w| w.resource)
+            .collect();
+        assert_eq!(seen, ["resourceslices", "events"]);
+        assert_eq!(tail.poll().unwrap(), vec![]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
