@@ -523,6 +523,7 @@ async fn sync_slice(
     desired: Option<ResourceSlice>,
 ) -> Result<()> {
     let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
+    let exists = current.is_some();
     match desired {
         None if current.is_some() => {
             info!(node, slice = name, "removing ResourceSlice");
@@ -539,7 +540,7 @@ async fn sync_slice(
                 generation = desired.spec.pool.generation,
                 "writing ResourceSlice"
             );
-            apply::apply_once(&ctx.recent, &slices, name, &desired).await
+            apply::replace_once(&ctx.recent, &slices, name, &desired, exists).await
         }
     }
 }
@@ -596,13 +597,14 @@ async fn ensure_topology(
         document.to_yaml()?,
         allocated,
     );
+    let exists = current.is_some();
     if current.is_some_and(|cm| topology::configmap_current(&cm, &desired)) {
         return Ok(());
     }
     info!(node = %name, pool = %pool.name_any(), allocated, "writing topology ConfigMap");
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let cm_name = topology::configmap_name(&name);
-    apply::apply_once(&ctx.recent, &configmaps, &cm_name, &desired).await
+    apply::replace_once(&ctx.recent, &configmaps, &cm_name, &desired, exists).await
 }
 
 /// Takes away what the operator gave a node: its labels and status entries (an empty apply
