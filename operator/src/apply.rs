@@ -237,3 +237,142 @@ pub fn owned_keys(fields: Option<&serde_json::Value>, path: &[&str]) -> Vec<Stri
         })
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::VecDeque,
+        sync::{Arc, Mutex},
+    };
+
+    use axum::{
+        body::Bytes,
+        extract::State,
+        http::{Method, StatusCode, Uri},
+        response::IntoResponse,
+    };
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    use super::*;
+
+    /// What the fake API server saw: method, path, query, whether the body carried a
+    /// resourceVersion.
+    type Seen = Arc<Mutex<Vec<(Method, String, String, bool)>>>;
+
+    #[derive(Clone)]
+    struct Server {
+        answers: Arc<Mutex<VecDeque<u16>>>,
+        seen: Seen,
+    }
+
+    async fn answer(
+        State(server): State<Server>,
+        method: Method,
+        uri: Uri,
+        body: Bytes,
+    ) -> impl IntoResponse {
+        let object: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let versioned = !object["metadata"]["resourceVersion"].is_null();
+        server.seen.lock().unwrap().push((
+            method,
+            uri.path().to_owned(),
+            uri.query().unwrap_or_default().to_owned(),
+            versioned,
+        ));
+        let code = server.answers.lock().unwrap().pop_front().unwrap_or(500);
+        let body = if code < 300 {
+            let mut object = object;
+            object["metadata"]["resourceVersion"] = json!("7");
+            object
+        } else {
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                "reason": "Scripted", "message": "scripted answer"})
+        };
+        (
+            StatusCode::from_u16(code).unwrap(),
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+    }
+
+    /// Runs [`replace`] against an HTTP server on loopback that answers `answers` in turn;
+    /// returns what it was asked.
+    async fn replace_against(
+        answers: &[u16],
+        exists: bool,
+    ) -> (Result<ConfigMap>, Vec<(Method, String, String, bool)>) {
+        let server = Server {
+            answers: Arc::new(Mutex::new(answers.iter().copied().collect())),
+            seen: Seen::default(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = axum::Router::new()
+            .fallback(answer)
+            .with_state(server.clone());
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let api: Api<ConfigMap> = Api::namespaced(client, "fakegpu-system");
+        let object: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "topology-n1", "namespace": "fakegpu-system"},
+            "data": {"topology.yml": "gpus: []"},
+        }))
+        .unwrap();
+        let written = replace(&api, "topology-n1", &object, exists).await;
+        serving.abort();
+        let seen = server.seen.lock().unwrap().clone();
+        (written, seen)
+    }
+
+    const COLLECTION: &str = "/api/v1/namespaces/fakegpu-system/configmaps";
+    const OBJECT: &str = "/api/v1/namespaces/fakegpu-system/configmaps/topology-n1";
+
+    #[tokio::test]
+    async fn replace_creates_what_the_cache_lacks_and_replaces_what_it_has() {
+        /// Case, whether the cache has the object, the server's answers, the requests expected.
+        type Case<'a> = (&'a str, bool, &'a [u16], &'a [(Method, &'a str)]);
+        let cases: [Case; 4] = [
+            ("new", false, &[201], &[(Method::POST, COLLECTION)]),
+            (
+                "created meanwhile",
+                false,
+                &[409, 200],
+                &[(Method::POST, COLLECTION), (Method::PUT, OBJECT)],
+            ),
+            ("cached", true, &[200], &[(Method::PUT, OBJECT)]),
+            (
+                "deleted meanwhile",
+                true,
+                &[404, 201],
+                &[(Method::PUT, OBJECT), (Method::POST, COLLECTION)],
+            ),
+        ];
+        for (case, exists, answers, expected) in cases {
+            let (written, seen) = replace_against(answers, exists).await;
+            let written = written.unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(
+                written.metadata.resource_version.as_deref(),
+                Some("7"),
+                "{case}"
+            );
+            let asked: Vec<(Method, &str)> = seen
+                .iter()
+                .map(|(method, path, _, _)| (method.clone(), path.as_str()))
+                .collect();
+            assert_eq!(asked, expected, "{case}");
+            for (_, _, query, versioned) in &seen {
+                assert!(query.contains("fieldManager=fakegpu"), "{case}: {query}");
+                assert!(!versioned, "{case}: an unconditional write");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn replace_passes_other_failures_on() {
+        let (written, seen) = replace_against(&[403], true).await;
+        assert!(matches!(written, Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 403));
+        assert_eq!(seen.len(), 1, "a refused write is not retried as a create");
+    }
+}
