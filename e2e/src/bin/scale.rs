@@ -8,7 +8,8 @@
 //! time and peak RSS, the API server's CPU per node; the implementation's writes and request
 //! bytes per node (from the API server's audit log, the same for any implementation) in the
 //! first pass and in a resync (restart); then how fast the real scheduler binds M pods asking
-//! for `nvidia.com/gpu`, and M plain pods with the implementation stopped. Prints one Markdown
+//! for `nvidia.com/gpu`, then M more with the implementation stopped (what it costs the
+//! scheduler's throughput) and M plain pods. Prints one Markdown
 //! table row and one JSON line.
 //!
 //! An implementation is an executable called as `IMPL pools LAYOUT` (set up the pools that the
@@ -550,7 +551,10 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let gpu_rate = schedule_pods(&client, args.pods, true, args.concurrency).await?;
+    // The same again without the implementation at work (the nodes keep their GPUs): the
+    // difference is what it costs the scheduler.
     implementation.run(&["stop"])?;
+    let gpu_rate_stopped = schedule_pods(&client, args.pods, true, args.concurrency).await?;
     let plain_rate = schedule_pods(&client, args.pods, false, args.concurrency).await?;
     for task in [node_task, cm_task, slice_task] {
         task.abort();
@@ -582,11 +586,12 @@ async fn main() -> anyhow::Result<()> {
         ("first_pass_writes_by_kind", json!(first_pass.by_kind)),
         ("resync_writes", json!(resync.count)),
         ("gpu_pods_per_s", json!(gpu_rate)),
+        ("gpu_pods_per_s_stopped", json!(gpu_rate_stopped)),
         ("plain_pods_per_s", json!(plain_rate)),
         ("convergence_cpu_s_by_process", json!(profile)),
     ]);
     println!(
-        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.2} | {:.0} | {} | {:.0} | {:.0} |",
+        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} |",
         implementation.name,
         args.nodes,
         args.pools,
@@ -600,6 +605,7 @@ async fn main() -> anyhow::Result<()> {
         first_pass.bytes as f64 / n,
         resync.count,
         gpu_rate,
+        gpu_rate_stopped,
         plain_rate
     );
     println!("{}", serde_json::to_string(&row)?);
