@@ -46,9 +46,8 @@ impl Registrations {
     }
 
     /// The next fault `machine` (the document as it reads `now`) shows that this set is due to
-    /// be told of: each GPU that reports an XID (injected, or implied by its faults or health:
-    /// 79 for a GPU marked unhealthy), once, or again each period of a recurring XID. A GPU
-    /// whose XID changed or went is forgotten, so a new fault is told again.
+    /// be told of: XIDs first ([`Self::next_xid`]), then rises of the ECC error counts
+    /// ([`Self::next_ecc_error`]).
     pub fn next_fault(&mut self, machine: &Machine, now: Instant) -> Option<Fault> {
         self.next_xid(machine, now)
             .or_else(|| self.next_ecc_error(machine))
@@ -85,6 +84,9 @@ impl Registrations {
         None
     }
 
+    /// Each GPU that reports an XID (injected, or implied by its faults or health: 79 for a GPU
+    /// marked unhealthy), once, or again each period of a recurring XID. A GPU whose XID
+    /// changed or went is forgotten, so a new fault is told again.
     fn next_xid(&mut self, machine: &Machine, now: Instant) -> Option<Fault> {
         let faulty: BTreeMap<&str, (u64, Option<Duration>)> = machine
             .devices
