@@ -55,12 +55,12 @@ trap cleanup EXIT
 hack/cluster.sh build
 cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale
 
-header="| implementation | nodes | pools | nodes up s (created, KWOK-initialized) | converge s | implementation CPU s | implementation peak RSS MiB | API server CPU ms/node | same, above idle | first-pass writes/node | first-pass request bytes/node | resync writes | GPU pods/s | GPU pods/s (implementation stopped) | plain pods/s (stopped) |"
+header="| implementation | nodes | pools | nodes up s (created, KWOK-initialized) | converge s | implementation CPU s | implementation peak RSS MiB | API server CPU ms/node | first-pass writes/node | first-pass request bytes/node | resync writes | GPU pods/s | GPU pods/s (implementation stopped) | plain pods/s (stopped) |"
 {
   echo "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: hack/bench/scale.sh ${sizes[*]} (pools=$pools pods=$pods; ${implementations[*]##*/})"
   echo
   echo "$header"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$results"
 profiles=()
 # The driver logs "pools applied" when it applies the pools: convergence starts there.
