@@ -103,6 +103,23 @@ where
     }
 }
 
+/// Sets one annotation of an object fakegpu does not own (a pod's GPUs) with a JSON merge patch.
+/// These are set and never taken back, so an apply's field tracking buys nothing, and one is
+/// sent for every pod scheduled onto a GPU. Unlike an apply of one annotation, it also leaves
+/// fakegpu's other annotations on the object alone. An object that is gone answers 404.
+pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: &str) -> Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    count::<K>("merge-patch");
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    Ok(api.patch(name, &params, &Patch::Merge(&patch)).await?)
+}
+
 /// [`replace`], unless `recent` shows the same write still on its way to the cache.
 pub async fn replace_once<K>(
     recent: &RecentWrites,
@@ -248,41 +265,54 @@ mod tests {
     use axum::{
         body::Bytes,
         extract::State,
-        http::{Method, StatusCode, Uri},
+        http::{HeaderMap, Method, StatusCode, Uri, header::CONTENT_TYPE},
         response::IntoResponse,
     };
-    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     use serde_json::json;
 
     use super::*;
 
-    /// What the fake API server saw: method, path, query, whether the body carried a
-    /// resourceVersion.
-    type Seen = Arc<Mutex<Vec<(Method, String, String, bool)>>>;
+    /// A request the fake API server saw.
+    #[derive(Clone, Debug)]
+    struct Request {
+        method: Method,
+        path: String,
+        query: String,
+        content_type: String,
+        body: serde_json::Value,
+    }
 
-    #[derive(Clone)]
+    /// An HTTP server on loopback that answers each request with the next scripted status
+    /// (the request's body, given a resourceVersion, for a success) and records it.
+    #[derive(Clone, Default)]
     struct Server {
         answers: Arc<Mutex<VecDeque<u16>>>,
-        seen: Seen,
+        seen: Arc<Mutex<Vec<Request>>>,
     }
 
     async fn answer(
         State(server): State<Server>,
         method: Method,
         uri: Uri,
+        headers: HeaderMap,
         body: Bytes,
     ) -> impl IntoResponse {
-        let object: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let versioned = !object["metadata"]["resourceVersion"].is_null();
-        server.seen.lock().unwrap().push((
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        server.seen.lock().unwrap().push(Request {
             method,
-            uri.path().to_owned(),
-            uri.query().unwrap_or_default().to_owned(),
-            versioned,
-        ));
+            path: uri.path().to_owned(),
+            query: uri.query().unwrap_or_default().to_owned(),
+            content_type: headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+            body: body.clone(),
+        });
         let code = server.answers.lock().unwrap().pop_front().unwrap_or(500);
-        let body = if code < 300 {
-            let mut object = object;
+        let answer = if code < 300 {
+            let mut object = body;
             object["metadata"]["resourceVersion"] = json!("7");
             object
         } else {
@@ -291,21 +321,22 @@ mod tests {
         };
         (
             StatusCode::from_u16(code).unwrap(),
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
+            [(CONTENT_TYPE, "application/json")],
+            answer.to_string(),
         )
     }
 
-    /// Runs [`replace`] against an HTTP server on loopback that answers `answers` in turn;
-    /// returns what it was asked.
-    async fn replace_against(
+    /// Runs `write` with a client of a [`Server`] answering `answers` in turn; returns its
+    /// result and what the server was asked.
+    async fn against<T, F>(
         answers: &[u16],
-        exists: bool,
-    ) -> (Result<ConfigMap>, Vec<(Method, String, String, bool)>) {
-        let server = Server {
-            answers: Arc::new(Mutex::new(answers.iter().copied().collect())),
-            seen: Seen::default(),
-        };
+        write: impl FnOnce(kube::Client) -> F,
+    ) -> (T, Vec<Request>)
+    where
+        F: Future<Output = T>,
+    {
+        let server = Server::default();
+        server.answers.lock().unwrap().extend(answers);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let app = axum::Router::new()
@@ -313,17 +344,23 @@ mod tests {
             .with_state(server.clone());
         let serving = tokio::spawn(async move { axum::serve(listener, app).await });
         let config = kube::Config::new(format!("http://{address}").parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let api: Api<ConfigMap> = Api::namespaced(client, "fakegpu-system");
-        let object: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "topology-n1", "namespace": "fakegpu-system"},
-            "data": {"topology.yml": "gpus: []"},
-        }))
-        .unwrap();
-        let written = replace(&api, "topology-n1", &object, exists).await;
+        let written = write(kube::Client::try_from(config).unwrap()).await;
         serving.abort();
         let seen = server.seen.lock().unwrap().clone();
         (written, seen)
+    }
+
+    async fn replace_against(answers: &[u16], exists: bool) -> (Result<ConfigMap>, Vec<Request>) {
+        against(answers, |client| async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, "fakegpu-system");
+            let object: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": "topology-n1", "namespace": "fakegpu-system"},
+                "data": {"topology.yml": "gpus: []"},
+            }))
+            .unwrap();
+            replace(&api, "topology-n1", &object, exists).await
+        })
+        .await
     }
 
     const COLLECTION: &str = "/api/v1/namespaces/fakegpu-system/configmaps";
@@ -359,12 +396,19 @@ mod tests {
             );
             let asked: Vec<(Method, &str)> = seen
                 .iter()
-                .map(|(method, path, _, _)| (method.clone(), path.as_str()))
+                .map(|request| (request.method.clone(), request.path.as_str()))
                 .collect();
             assert_eq!(asked, expected, "{case}");
-            for (_, _, query, versioned) in &seen {
-                assert!(query.contains("fieldManager=fakegpu"), "{case}: {query}");
-                assert!(!versioned, "{case}: an unconditional write");
+            for request in &seen {
+                assert!(
+                    request.query.contains("fieldManager=fakegpu"),
+                    "{case}: {request:?}"
+                );
+                assert_eq!(request.content_type, "application/json", "{case}");
+                assert!(
+                    request.body["metadata"]["resourceVersion"].is_null(),
+                    "{case}: an unconditional write"
+                );
             }
         }
     }
@@ -374,5 +418,29 @@ mod tests {
         let (written, seen) = replace_against(&[403], true).await;
         assert!(matches!(written, Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 403));
         assert_eq!(seen.len(), 1, "a refused write is not retried as a create");
+    }
+
+    #[tokio::test]
+    async fn annotate_merges_one_annotation_into_the_object() {
+        let (written, seen) = against(&[200], |client| async move {
+            let pods: Api<Pod> = Api::namespaced(client, "team");
+            annotate(&pods, "trainer", "fakegpu.dev/gpus", "GPU-1,GPU-2").await
+        })
+        .await;
+        written.unwrap();
+        let [request] = seen.as_slice() else {
+            panic!("one request expected: {seen:?}");
+        };
+        assert_eq!(request.method, Method::PATCH);
+        assert_eq!(request.path, "/api/v1/namespaces/team/pods/trainer");
+        assert!(
+            request.query.contains("fieldManager=fakegpu"),
+            "{request:?}"
+        );
+        assert_eq!(request.content_type, "application/merge-patch+json");
+        assert_eq!(
+            request.body,
+            json!({"metadata": {"annotations": {"fakegpu.dev/gpus": "GPU-1,GPU-2"}}})
+        );
     }
 }

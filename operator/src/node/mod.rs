@@ -442,8 +442,8 @@ async fn record_assignments(
     Ok(())
 }
 
-/// Applies one annotation of fakegpu's to a pod. A pod deleted meanwhile refuses the apply (it
-/// would create one, which the operator may not): nothing to write any more.
+/// Writes one annotation of fakegpu's on a pod. A pod deleted meanwhile has nothing to write
+/// any more.
 async fn annotate_pod(
     ctx: &Context,
     node: &str,
@@ -453,23 +453,13 @@ async fn annotate_pod(
     value: &str,
 ) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod, "annotations": {key: value}},
-    });
-    if let Err(error) = apply::apply(&pods, pod, &patch).await {
-        if ctx
-            .caches
-            .pods
-            .get(&ObjectRef::new(pod).within(namespace))
-            .is_some()
-        {
-            return Err(error);
+    match apply::annotate(&pods, pod, key, value).await {
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+            debug!(node, %namespace, %pod, "pod gone before its annotation was written");
+            Ok(())
         }
-        debug!(node, %namespace, %pod, %error, "pod gone before its annotation was written");
+        written => written.map(drop),
     }
-    Ok(())
 }
 
 /// A Warning Event, once, on each pod of `node` whose utilization annotation does not parse.
