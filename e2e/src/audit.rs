@@ -201,14 +201,23 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("fakegpu-audit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("audit.log");
+        let write = |file: &mut File, resource: &str| {
+            let entry = line(OPERATOR, &OPERATOR_GROUPS, resource, None);
+            file.write_all(entry.as_bytes()).unwrap();
+        };
+        let resources = |tail: &mut AuditTail| -> Vec<String> {
+            tail.poll()
+                .unwrap()
+                .into_iter()
+                .map(|w| w.resource)
+                .collect()
+        };
         let mut log = File::create(&path).unwrap();
-        log.write_all(line(OPERATOR, &OPERATOR_GROUPS, "nodes", None).as_bytes())
-            .unwrap();
+        write(&mut log, "nodes");
 
         let mut tail = AuditTail::from_now(&path).unwrap();
-        assert_eq!(
-            tail.poll().unwrap(),
-            vec![],
+        assert!(
+            resources(&mut tail).is_empty(),
             "lines before the start are not seen"
         );
 
@@ -216,34 +225,18 @@ mod tests {
         let next = line(OPERATOR, &OPERATOR_GROUPS, "configmaps", None);
         let (head, rest) = next.split_at(20);
         log.write_all(head.as_bytes()).unwrap();
-        assert_eq!(tail.poll().unwrap(), vec![]);
+        assert!(resources(&mut tail).is_empty());
         log.write_all(rest.as_bytes()).unwrap();
-        log.write_all(line(OPERATOR, &OPERATOR_GROUPS, "nodes", None).as_bytes())
-            .unwrap();
-        let seen: Vec<_> = tail
-            .poll()
-            .unwrap()
-            .into_iter()
-            .map(|w| w.resource)
-            .collect();
-        assert_eq!(seen, ["configmaps", "nodes"]);
+        write(&mut log, "nodes");
+        assert_eq!(resources(&mut tail), ["configmaps", "nodes"]);
 
         // Rotation: the old file gets one last line after the rename, the new one its own.
         std::fs::rename(&path, dir.join("audit-1.log")).unwrap();
-        log.write_all(line(OPERATOR, &OPERATOR_GROUPS, "resourceslices", None).as_bytes())
-            .unwrap();
+        write(&mut log, "resourceslices");
         let mut fresh = File::create(&path).unwrap();
-        fresh
-            .write_all(line(OPERATOR, &OPERATOR_GROUPS, "events", None).as_bytes())
-            .unwrap();
-        let seen: Vec<_> = tail
-            .poll()
-            .unwrap()
-            .into_iter()
-            .map(|w| w.resource)
-            .collect();
-        assert_eq!(seen, ["resourceslices", "events"]);
-        assert_eq!(tail.poll().unwrap(), vec![]);
+        write(&mut fresh, "events");
+        assert_eq!(resources(&mut tail), ["resourceslices", "events"]);
+        assert!(resources(&mut tail).is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
