@@ -9,7 +9,8 @@
 #   fakegpu.sh stop           stop it
 #   fakegpu.sh pids           the operator's pid
 #
-# An adapter for another implementation answers the same commands; hack/bench/scale.sh --impl.
+# An adapter for another implementation answers the same commands: hack/bench/scale.sh
+# --compare ADAPTER runs it beside fakegpu.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 export FAKEGPU_OPERATOR_BIN=${FAKEGPU_OPERATOR_BIN:-$repo/target/release/fakegpu-operator}
