@@ -26,6 +26,27 @@ pub struct Write {
     pub body_bytes: usize,
 }
 
+impl Write {
+    /// `verb resource[/subresource]`: the kind of write, whichever object.
+    pub fn kind(&self) -> String {
+        self.describe(None)
+    }
+
+    /// `verb resource/name[/subresource]`: this write.
+    pub fn target(&self) -> String {
+        self.describe(Some(&self.name))
+    }
+
+    fn describe(&self, name: Option<&str>) -> String {
+        let mut text = format!("{} {}", self.verb, self.resource);
+        for part in name.into_iter().chain(self.subresource.as_deref()) {
+            text.push('/');
+            text.push_str(part);
+        }
+        text
+    }
+}
+
 /// Group every service account is in, and the one of the control plane's own.
 const SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
 const CONTROL_PLANE_ACCOUNTS: &str = "system:serviceaccounts:kube-system";
@@ -168,6 +189,8 @@ mod tests {
         assert_eq!(write.resource, "nodes");
         assert_eq!(write.subresource.as_deref(), Some("status"));
         assert_eq!(write.body_bytes, r#"{"a":1}"#.len());
+        assert_eq!(write.kind(), "patch nodes/status");
+        assert_eq!(write.target(), "patch nodes/n1/status");
 
         let kcm = [
             "system:serviceaccounts",

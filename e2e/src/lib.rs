@@ -420,14 +420,7 @@ pub fn operator_writes() -> anyhow::Result<Vec<String>> {
         .lines()
         .filter_map(audit::implementation_write)
         .filter(|write| write.user == OPERATOR_USER)
-        .map(|write| {
-            let mut text = format!("{} {}/{}", write.verb, write.resource, write.name);
-            if let Some(subresource) = write.subresource {
-                text.push('/');
-                text.push_str(&subresource);
-            }
-            text
-        })
+        .map(|write| write.target())
         .collect())
 }
 

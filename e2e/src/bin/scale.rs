@@ -234,12 +234,7 @@ impl Writes {
         for write in &new {
             self.count += 1;
             self.bytes += write.body_bytes as u64;
-            let mut kind = format!("{} {}", write.verb, write.resource);
-            if let Some(subresource) = &write.subresource {
-                kind.push('/');
-                kind.push_str(subresource);
-            }
-            *self.by_kind.entry(kind).or_default() += 1;
+            *self.by_kind.entry(write.kind()).or_default() += 1;
         }
         Ok(new.len())
     }
