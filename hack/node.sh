@@ -59,6 +59,9 @@ pause_ref=fakegpu.local/pause:v1
 busybox_ref=fakegpu.local/busybox:v1
 # Prometheus for in-cluster scrapes of the exporter: Debian's binary and the libc it links.
 prometheus_ref=fakegpu.local/prometheus:v1
+# NVML as a GPU container's programs see it: go-nvml's view printed as JSON
+# (hack/nvml-check/cmd/nvml-probe), with the libc it links.
+nvml_probe_ref=fakegpu.local/nvml-probe:v1
 state=$dir/node
 proc_run_dir=$state
 proc_log_dir=$dir/logs
@@ -117,6 +120,14 @@ build() {
     CGO_ENABLED=0 go build -C "$repo/hack/forward" -trimpath -ldflags='-s -w' -o "$bin/forward" .
     echo "$forward_stamp" >"$bin/forward.stamp"
   fi
+  local probe_stamp
+  probe_stamp=$(cat "$repo"/hack/nvml-check/go.{mod,sum} "$repo"/hack/nvml-check/cmd/nvml-probe/*.go |
+    sha256sum | cut -c1-16)
+  if [[ ! -f $bin/nvml-probe.tar || $(cat "$bin/nvml-probe.stamp" 2>/dev/null) != "$probe_stamp" ]]; then
+    log "building the NVML probe image (hack/nvml-check/cmd/nvml-probe)"
+    local_image nvml-probe "$nvml_probe_ref" 0:0 fill_nvml_probe /nvml-probe
+    echo "$probe_stamp" >"$bin/nvml-probe.stamp"
+  fi
   if [[ -x /usr/bin/prometheus && ( ! -f $bin/prometheus.tar || /usr/bin/prometheus -nt $bin/prometheus.tar ) ]]; then
     local_image prometheus "$prometheus_ref" 65534:65534 fill_prometheus /bin/prometheus
   fi
@@ -149,18 +160,36 @@ fill_busybox() {
   chmod 1777 "$1/tmp"
 }
 
-fill_prometheus() {
+# Copies into root <root> what the dynamic linker needs for <binary>: the libraries ldd names,
+# at the same paths.
+copy_libraries() { # <binary> <root>
   local lib
+  for lib in $(ldd "$1" | grep -oE '/[^ ]+\.so[^ ]*'); do
+    mkdir -p "$2$(dirname "$lib")"
+    cp -L "$lib" "$2$lib"
+  done
+}
+
+fill_prometheus() {
   mkdir -p "$1/bin" "$1/prometheus"
   install -m 0755 /usr/bin/prometheus "$1/bin/prometheus"
-  # What the dynamic linker needs: the libraries ldd names, at the same paths.
-  for lib in $(ldd /usr/bin/prometheus | grep -oE '/[^ ]+\.so[^ ]*'); do
-    mkdir -p "$1$(dirname "$lib")"
-    cp -L "$lib" "$1$lib"
-  done
+  copy_libraries /usr/bin/prometheus "$1"
   chmod -R u=rwX,go=rX "$1"
   # Its data directory, writable by the image's user.
   chmod 0777 "$1/prometheus"
+}
+
+fill_nvml_probe() {
+  # go-nvml dlopens the library: cgo, and so glibc.
+  CGO_ENABLED=1 go build -C "$repo/hack/nvml-check" -trimpath -ldflags='-s -w' -o "$1/nvml-probe" ./cmd/nvml-probe
+  copy_libraries "$1/nvml-probe" "$1"
+  # fakegpu's library links libgcc_s, which every glibc distribution image has (Debian's
+  # libgcc-s1 is Priority: required); this image is no distribution, so it gets it here.
+  local libgcc
+  libgcc=$(ldconfig -p | grep -m1 -oE '/[^ ]*/libgcc_s\.so\.1$')
+  mkdir -p "$1$(dirname "$libgcc")"
+  cp -L "$libgcc" "$1$libgcc"
+  chmod -R u=rwX,go=rX "$1"
 }
 
 # --- configuration ---------------------------------------------------------------------------
@@ -323,6 +352,7 @@ up() {
   ctr_ images import "$bin/pause.tar" >/dev/null
   ctr_ images label "$pause_ref" io.cri-containerd.pinned=pinned >/dev/null
   ctr_ images import "$bin/busybox.tar" >/dev/null
+  ctr_ images import "$bin/nvml-probe.tar" >/dev/null
   if [[ -f $bin/prometheus.tar ]]; then ctr_ images import "$bin/prometheus.tar" >/dev/null; fi
   start_kubelet
   proc_wait_for "node $node" 120 k get node "$node"

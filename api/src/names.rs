@@ -521,6 +521,14 @@ pub mod nvml {
     pub const PCI_DEVICES: &str = "sys/bus/pci/devices";
     /// Where the node agent's image carries the library (glibc build) it copies into the root.
     pub const SHIPPED_LIBRARY: &str = "/usr/local/lib/fakegpu/libnvidia-ml.so.1";
+
+    /// The host directory (the node agents' hostPath) holding what containers given GPUs load
+    /// NVML from: the library as [`LIBRARY_SONAME`] and the node's document as
+    /// [`DOCUMENT_BESIDE_LIBRARY`], both replaced by rename so that a container sees each
+    /// document whole. Containers mount the library file and this directory
+    /// ([`crate::names::container_env::NVML_DIR_PATH`]), with [`TOPOLOGY_ENV`] naming the
+    /// document there.
+    pub const CONTAINER_DIR: &str = "/var/lib/fakegpu/nvml";
 }
 
 /// Environment a container given GPUs sees, set by the device plugin's Allocate and by the DRA
@@ -542,6 +550,17 @@ pub mod container_env {
     pub const RUNAI_NUM_OF_GPUS: &str = "RUNAI_NUM_OF_GPUS";
     /// Where the fake nvidia-smi appears in a container, as with the reference.
     pub const NVIDIA_SMI_PATH: &str = "/bin/nvidia-smi";
+    /// Where fakegpu's NVML library appears in a container: the name NVML's users dlopen
+    /// (go-nvml, pynvml, NVIDIA's tools) in the dynamic linker's default search directories of
+    /// Debian and Ubuntu, and of RHEL, UBI and Fedora (a container image has no cache entry for
+    /// it), as NVIDIA's container toolkit puts the real one.
+    pub const NVML_LIBRARY_PATHS: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+        "/usr/lib64/libnvidia-ml.so.1",
+    ];
+    /// Where the host's [`crate::names::nvml::CONTAINER_DIR`] appears in a container (read-only): the
+    /// node's document the library answers from, kept current by the node agent.
+    pub const NVML_DIR_PATH: &str = "/run/fakegpu/nvml";
 }
 
 /// NVIDIA's ComputeDomains ([`crate::compute_domain`]): the names its DRA driver and

@@ -36,6 +36,9 @@ const CONVERGE: Duration = Duration::from_secs(90);
 const PRODUCT: &str = "NVIDIA L4";
 /// hack/node.sh's image with a shell (Debian's busybox-static); no registry is reachable.
 const SHELL_IMAGE: &str = "fakegpu.local/busybox:v1";
+/// hack/node.sh's image printing what go-nvml sees (hack/nvml-check/cmd/nvml-probe): a glibc
+/// program, as GPU workloads are, loading libnvidia-ml.so.1 by name.
+const NVML_PROBE_IMAGE: &str = "fakegpu.local/nvml-probe:v1";
 
 fn real_node() -> String {
     std::env::var("FAKEGPU_REAL_NODE").unwrap_or_else(|_| "fakegpu-node-0".into())
@@ -214,6 +217,76 @@ fn visible_device(output: &str, expected: &[String]) -> anyhow::Result<String> {
     Ok(visible.to_owned())
 }
 
+/// What the NVML probe printed: the driver version and each GPU it sees.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvmlView {
+    driver: String,
+    gpus: Vec<NvmlGpu>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvmlGpu {
+    uuid: String,
+    name: String,
+    memory_total: u64,
+    mig_devices: Vec<NvmlMig>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvmlMig {
+    uuid: String,
+    name: String,
+}
+
+/// Runs the NVML probe in a pod on the real node with `resources` and `spec` (as
+/// [`run_on_real_node`]) and returns what go-nvml showed it.
+async fn nvml_in_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    resources: serde_json::Value,
+    mut spec: serde_json::Value,
+) -> anyhow::Result<NvmlView> {
+    spec["containers"] = json!([{
+        "name": "main", "image": NVML_PROBE_IMAGE, "imagePullPolicy": "Never",
+        "command": ["/nvml-probe"], "resources": resources,
+    }]);
+    let output = run_on_real_node(client, namespace, name, "", json!({}), spec).await?;
+    serde_json::from_str(output.trim()).with_context(|| format!("the probe printed {output}"))
+}
+
+/// The one whole GPU NVML shows a container given one of `uuids`, checked against `document`:
+/// its UUID, name, memory and the driver's version.
+fn nvml_sees_one_gpu(
+    view: &NvmlView,
+    document: &NodeTopology,
+    uuids: &[String],
+) -> anyhow::Result<String> {
+    ensure!(
+        view.driver == document.driver_version,
+        "NVML's driver {} in the container, the document's {}",
+        view.driver,
+        document.driver_version
+    );
+    let [gpu] = view.gpus.as_slice() else {
+        bail!("NVML in a one-GPU container shows {:?}", view.gpus);
+    };
+    ensure!(
+        uuids.contains(&gpu.uuid) && gpu.name == document.gpu_product,
+        "NVML in the container shows {gpu:?}, not one of {uuids:?} ({})",
+        document.gpu_product
+    );
+    ensure!(
+        gpu.memory_total == document.gpu_memory * 1024 * 1024 && gpu.mig_devices.is_empty(),
+        "NVML's memory of {gpu:?}, the document's {} MiB",
+        document.gpu_memory
+    );
+    Ok(gpu.uuid.clone())
+}
+
 /// Creates ResourceClaimTemplate `name` whose claims ask for `devices` (`spec.devices`).
 async fn claim_template(
     client: &Client,
@@ -379,6 +452,19 @@ async fn device_plugin(client: &Client, pool: &str, namespace: &str) -> anyhow::
         "NODE_NAME: {output}"
     );
 
+    // A glibc program in a GPU container loads libnvidia-ml.so.1 by name, as NVML's users
+    // do, and sees the GPU the kubelet gave the container, as the document describes it.
+    let document = pool_document(client, &node, pool).await?;
+    let view = nvml_in_pod(
+        client,
+        namespace,
+        "nvml",
+        json!({"limits": {"nvidia.com/gpu": 1}}),
+        json!({"runtimeClassName": "nvidia"}),
+    )
+    .await?;
+    nvml_sees_one_gpu(&view, &document, &uuids)?;
+
     // More GPUs than the node has: the real scheduler keeps the pod Pending.
     create_real_pod(
         client,
@@ -453,6 +539,16 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
         env_value(&output, "NODE_NAME") == Some(node.as_str()),
         "NODE_NAME: {output}"
     );
+    // NVML through the claim's CDI spec: the container's programs see the claim's GPU.
+    let view = nvml_in_pod(
+        client,
+        namespace,
+        "nvml",
+        json!({"claims": [{"name": "gpu"}]}),
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
+    )
+    .await?;
+    nvml_sees_one_gpu(&view, &pool_document(client, &node, pool).await?, &uuids)?;
 
     // One claim, two pods: both see the same GPU.
     let claim: ResourceClaim = serde_json::from_value(json!({
@@ -732,6 +828,31 @@ async fn mig_mixed(client: &Client, pool: &str, namespace: &str) -> anyhow::Resu
     )
     .await?;
     visible_device(&output, &instances_of(&document, "2g.10gb"))?;
+
+    // NVML in a container given one instance: its parent GPU, with that instance alone.
+    let view = nvml_in_pod(
+        client,
+        namespace,
+        "mig-nvml",
+        json!({"limits": {"nvidia.com/mig-1g.5gb": 1}}),
+        json!({"runtimeClassName": "nvidia"}),
+    )
+    .await?;
+    let parent = &document.gpus[0];
+    let [gpu] = view.gpus.as_slice() else {
+        bail!("NVML in a one-instance container shows {:?}", view.gpus);
+    };
+    let seen: Vec<(&str, &str)> = gpu
+        .mig_devices
+        .iter()
+        .map(|m| (m.uuid.as_str(), m.name.as_str()))
+        .collect();
+    let instance = instances_of(&document, "1g.5gb");
+    let expected = format!("{} MIG 1g.5gb", document.gpu_product);
+    ensure!(
+        gpu.uuid == parent.id && seen == [(instance[0].as_str(), expected.as_str())],
+        "NVML in a container given {instance:?} shows {gpu:?}"
+    );
     Ok(())
 }
 

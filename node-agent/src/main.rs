@@ -14,6 +14,8 @@
 //! - `FAKEGPU_NVIDIA_SMI`: the fake nvidia-smi on the host (default
 //!   `/var/lib/fakegpu/bin/nvidia-smi`), and `FAKEGPU_EXPORTER_URL`, where that nvidia-smi
 //!   asks for the node's GPUs (default `http://fakegpu-exporter.<namespace>.svc:9400`);
+//! - `FAKEGPU_NVML_DIR`: the host directory with the NVML library and the node's document that
+//!   containers given GPUs mount (default `/var/lib/fakegpu/nvml`);
 //! - `FAKEGPU_DRIVER_ROOT`: the host directory to lay out as an NVIDIA driver root for
 //!   NVIDIA's own components (the driver-root DaemonSet sets it on `backend: mock` nodes);
 //! - `FAKEGPU_HTTP_ADDR`: `/metrics`, `/healthz`, `/readyz` (default `0.0.0.0:8080`).
@@ -28,7 +30,7 @@ use fakegpu_api::names::{
         DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
     },
     kubelet_devices,
-    nvml::{DRIVER_ROOT_ENV, SHIPPED_LIBRARY},
+    nvml::{CONTAINER_DIR, DRIVER_ROOT_ENV, SHIPPED_LIBRARY},
 };
 use fakegpu_node_agent::{
     container::{self, ContainerEdits},
@@ -37,7 +39,7 @@ use fakegpu_node_agent::{
 use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
 use futures::{FutureExt, future::Shared};
 use tokio::sync::{Notify, watch};
-use tracing::{info, warn};
+use tracing::info;
 
 fn enabled(name: &str) -> bool {
     env_or(name, "true") != "false"
@@ -68,19 +70,13 @@ async fn run() -> anyhow::Result<()> {
             "FAKEGPU_NVIDIA_SMI",
             "/var/lib/fakegpu/bin/nvidia-smi",
         )),
+        nvml_dir: PathBuf::from(env_or("FAKEGPU_NVML_DIR", CONTAINER_DIR)),
     };
-    // The image carries nvidia-smi next to the agent; containers given GPUs mount it from the
-    // host (the compute-domain plugin gives none).
+    // The image carries nvidia-smi next to the agent and the NVML library; containers given
+    // GPUs mount them from the host (the compute-domain plugin gives none).
     let gives_gpus = enabled("FAKEGPU_DEVICE_PLUGIN") || enabled("FAKEGPU_DRA");
-    if let Some(shipped) = container::shipped_nvidia_smi().filter(|_| gives_gpus) {
-        match container.install_nvidia_smi(&shipped) {
-            Ok(installed) => {
-                info!(path = %container.nvidia_smi.display(), installed, "nvidia-smi in place")
-            }
-            Err(error) => {
-                warn!(path = %container.nvidia_smi.display(), %error, "cannot install nvidia-smi; containers go without it")
-            }
-        }
+    if gives_gpus {
+        container::install_shipped(&container, SHIPPED_LIBRARY.as_ref());
     }
     let device_plugin = device_plugin::Settings {
         node: node.clone(),
@@ -138,6 +134,20 @@ async fn run() -> anyhow::Result<()> {
     let follow =
         topology_source::follow(client.clone(), &namespace, &node, sender, metrics.clone());
     let shutdown = shutdown_signal().boxed().shared();
+    let containers_document = {
+        let (container, topology, shutdown) =
+            (container.clone(), topology.clone(), shutdown.clone());
+        async move {
+            if gives_gpus {
+                tokio::select! {
+                    () = container.follow_document(topology) => {}
+                    () = shutdown => {}
+                }
+            } else {
+                shutdown.await;
+            }
+        }
+    };
     let gpus = Arc::new(dra::gpu::GpuDevices {
         topology: topology.clone(),
         container,
@@ -233,6 +243,7 @@ async fn run() -> anyhow::Result<()> {
             shutdown.clone(),
         ),
     );
+    let plugins = futures::future::join(plugins, containers_document).map(|(result, ())| result);
     tokio::select! {
         result = plugins => result.map(drop),
         () = follow => anyhow::bail!("the topology watch ended"),

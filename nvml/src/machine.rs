@@ -156,7 +156,7 @@ impl Machine {
         let devices = gpus
             .into_iter()
             .zip(0..)
-            .map(|(gpu, index)| device(document, gpu, index))
+            .map(|(gpu, index)| device(document, gpu, index, visible))
             .collect();
         let cuda_major = document
             .cuda_version
@@ -173,10 +173,11 @@ impl Machine {
     }
 }
 
-fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32) -> Device {
+fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32, visible: &Visible) -> Device {
     let mig_devices = gpu
         .mig_devices
         .iter()
+        .filter(|mig| visible.shows_instance(gpu, mig))
         .map(|mig| mig_instance(&document.gpu_product, mig))
         .collect();
     Device {
@@ -315,6 +316,18 @@ impl Visible {
         }
     }
 
+    /// Whether MIG instance `mig` of `gpu` is seen: a container given the whole GPU sees all
+    /// its instances, one given instances sees those alone (it has their capability device
+    /// nodes only, so the driver enumerates no other).
+    fn shows_instance(&self, gpu: &GpuTopology, mig: &MigDevice) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(names) => names
+                .iter()
+                .any(|name| *name == gpu.id || *name == gpu.index.to_string() || *name == mig.uuid),
+        }
+    }
+
     fn shows(&self, gpu: &GpuTopology) -> bool {
         match self {
             Self::All => true,
@@ -351,6 +364,11 @@ mod tests {
             memory: 40192,
             ..Default::default()
         }];
+        partitioned.mig_devices.push(MigDevice {
+            uuid: "MIG-b".into(),
+            placement_start: 0,
+            ..partitioned.mig_devices[0].clone()
+        });
         NodeTopology {
             gpu_memory: 81920,
             gpu_product: "NVIDIA A100-SXM4-80GB".into(),
@@ -422,6 +440,16 @@ mod tests {
         assert_eq!((machine.devices[0].index, machine.devices[0].minor), (0, 1));
         let by_mig = Machine::of(&document(), &Visible::parse(Some("MIG-a")));
         assert_eq!(by_mig.devices[0].uuid, "GPU-1");
+        let instances = |machine: &Machine| -> Vec<String> {
+            machine.devices[0]
+                .mig_devices
+                .iter()
+                .map(|m| m.uuid.clone())
+                .collect()
+        };
+        assert_eq!(instances(&by_mig), ["MIG-a"]);
+        let whole = Machine::of(&document(), &Visible::parse(Some("GPU-1")));
+        assert_eq!(instances(&whole), ["MIG-a", "MIG-b"]);
         assert!(
             Machine::of(&document(), &Visible::parse(Some("none")))
                 .devices

@@ -17,7 +17,7 @@ use tracing::{debug, info};
 
 use super::preferred::{Candidate, preferred};
 use crate::{
-    container::ContainerEdits,
+    container::{ContainerEdits, HostMount},
     metrics::Metrics,
     proto::deviceplugin::{
         AllocateRequest, AllocateResponse, ContainerAllocateResponse,
@@ -120,15 +120,15 @@ pub fn devices(topology: Option<&NodeTopology>, offer: &Offer) -> Vec<Device> {
         .collect()
 }
 
-/// The container response for `ids` (plus `env` and nvidia-smi, when the host has it), or why
-/// they cannot be given.
+/// The container response for `ids` (plus `env` and `mounts`: nvidia-smi and the NVML library,
+/// as far as the host has them), or why they cannot be given.
 pub fn container_response(
     topology: Option<&NodeTopology>,
     offer: &Offer,
     node: &str,
     ids: &[String],
     env: &[(&'static str, String)],
-    nvidia_smi: Option<&str>,
+    mounts: &[HostMount],
 ) -> Result<ContainerAllocateResponse, Status> {
     if ids.is_empty() {
         return Err(Status::invalid_argument(
@@ -153,13 +153,13 @@ pub fn container_response(
     .chain(env)
     .map(|(k, v)| ((*k).to_owned(), v.clone()))
     .collect();
-    let mounts = nvidia_smi
-        .map(|host_path| Mount {
-            container_path: container_env::NVIDIA_SMI_PATH.to_owned(),
-            host_path: host_path.to_owned(),
+    let mounts = mounts
+        .iter()
+        .map(|mount| Mount {
+            container_path: mount.container.to_owned(),
+            host_path: mount.host.clone(),
             read_only: true,
         })
-        .into_iter()
         .collect();
     Ok(ContainerAllocateResponse {
         envs,
@@ -264,7 +264,7 @@ impl DevicePlugin for GpuDevicePlugin {
     ) -> Result<Response<AllocateResponse>, Status> {
         let topology = self.topology.borrow().clone();
         let env = self.container.env();
-        let nvidia_smi = self.container.nvidia_smi();
+        let mounts = self.container.mounts();
         let container_responses = request
             .into_inner()
             .container_requests
@@ -277,7 +277,7 @@ impl DevicePlugin for GpuDevicePlugin {
                     &self.node,
                     &container.devices_ids,
                     &env,
-                    nvidia_smi,
+                    &mounts,
                 )
             })
             .collect::<Result<_, _>>()
@@ -353,7 +353,7 @@ mod tests {
         assert_eq!(offers(Some(&t)), BTreeSet::from([Offer::Gpus]));
         assert_eq!(ids(&t), ["MIG-a", "MIG-b", "GPU-1"]);
         let env = [(container_env::NODE_NAME, "n".to_owned())];
-        let ok = container_response(Some(&t), &Offer::Gpus, "n", &["MIG-b".into()], &env, None)
+        let ok = container_response(Some(&t), &Offer::Gpus, "n", &["MIG-b".into()], &env, &[])
             .expect("a MIG instance is allocatable");
         assert_eq!(ok.envs[container_env::VISIBLE_DEVICES], "MIG-b");
     }
@@ -371,11 +371,15 @@ mod tests {
     fn allocate_refuses_unknown_devices_and_sets_the_environment() {
         let t = topology();
         let env = [(container_env::NODE_NAME, "n".to_owned())];
-        let error = container_response(Some(&t), &Offer::Gpus, "n", &["GPU-9".into()], &env, None)
+        let error = container_response(Some(&t), &Offer::Gpus, "n", &["GPU-9".into()], &env, &[])
             .expect_err("unknown device");
         assert_eq!(error.code(), tonic::Code::InvalidArgument);
         let ids = ["GPU-0".into(), "GPU-1".into()];
-        let ok = container_response(Some(&t), &Offer::Gpus, "n", &ids, &env, Some("/x"))
+        let mounts = [HostMount {
+            host: "/x".into(),
+            container: container_env::NVIDIA_SMI_PATH,
+        }];
+        let ok = container_response(Some(&t), &Offer::Gpus, "n", &ids, &env, &mounts)
             .expect("known devices");
         assert_eq!(ok.envs[container_env::VISIBLE_DEVICES], "GPU-0,GPU-1");
         assert_eq!(ok.envs[container_env::MOCK_VISIBLE_DEVICES], "GPU-0,GPU-1");

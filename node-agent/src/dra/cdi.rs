@@ -14,6 +14,7 @@ use fakegpu_api::names::{compute_domain, container_env};
 use serde_json::{Value, json};
 
 use super::checkpoint::PreparedDevice;
+use crate::container::HostMount;
 
 /// CDI vendor/class of GPU claims, as NVIDIA's driver names it.
 pub const GPU_KIND: &str = "k8s.gpu.nvidia.com/claim";
@@ -84,14 +85,15 @@ pub fn gpu_claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
     })
 }
 
-/// The common spec: `env` (what nvidia-smi reads) and the fake nvidia-smi, when the host has it.
-pub fn common_spec(env: &[(&str, String)], nvidia_smi: Option<&str>) -> Value {
-    let mounts: Vec<Value> = nvidia_smi
-        .map(|host| {
-            json!({"hostPath": host, "containerPath": container_env::NVIDIA_SMI_PATH,
+/// The common spec: `env` (what nvidia-smi and the NVML library read) and `mounts` (the fake
+/// nvidia-smi, the library and its document, as far as the host has them).
+pub fn common_spec(env: &[(&str, String)], mounts: &[HostMount]) -> Value {
+    let mounts: Vec<Value> = mounts
+        .iter()
+        .map(|mount| {
+            json!({"hostPath": mount.host, "containerPath": mount.container,
                 "options": ["ro", "nosuid", "nodev", "bind"]})
         })
-        .into_iter()
         .collect();
     json!({
         "cdiVersion": CDI_VERSION,
@@ -195,19 +197,34 @@ mod tests {
     }
 
     #[test]
-    fn common_spec_mounts_nvidia_smi_only_when_there() {
+    fn common_spec_mounts_what_the_host_has() {
         let env = [
             (container_env::NODE_NAME, "n".to_owned()),
             (container_env::EXPORTER_URL, "http://e:9400".to_owned()),
         ];
         assert_eq!(
-            common_spec(&env, None)["devices"][0]["containerEdits"]["mounts"],
+            common_spec(&env, &[])["devices"][0]["containerEdits"]["mounts"],
             json!([])
         );
-        let with = common_spec(&env, Some("/opt/nvidia-smi"));
+        let mounts = [
+            HostMount {
+                host: "/opt/nvidia-smi".into(),
+                container: container_env::NVIDIA_SMI_PATH,
+            },
+            HostMount {
+                host: "/opt/nvml".into(),
+                container: container_env::NVML_DIR_PATH,
+            },
+        ];
+        let with = common_spec(&env, &mounts);
         assert_eq!(
-            with["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
-            "/bin/nvidia-smi"
+            with["devices"][0]["containerEdits"]["mounts"],
+            json!([
+                {"hostPath": "/opt/nvidia-smi", "containerPath": "/bin/nvidia-smi",
+                    "options": ["ro", "nosuid", "nodev", "bind"]},
+                {"hostPath": "/opt/nvml", "containerPath": "/run/fakegpu/nvml",
+                    "options": ["ro", "nosuid", "nodev", "bind"]},
+            ])
         );
         assert_eq!(
             with["devices"][0]["containerEdits"]["env"],

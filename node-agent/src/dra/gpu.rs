@@ -74,7 +74,7 @@ impl Devices for GpuDevices {
         let edits = &self.container;
         Some((
             cdi::COMMON_DEVICE,
-            cdi::common_spec(&edits.env(), edits.nvidia_smi()),
+            cdi::common_spec(&edits.env(), &edits.mounts()),
         ))
     }
 
@@ -108,6 +108,7 @@ mod tests {
                 node: "n".into(),
                 exporter_url: "http://e".into(),
                 nvidia_smi: "/nonexistent".into(),
+                nvml_dir: "/nonexistent".into(),
             },
         }
     }
