@@ -609,6 +609,11 @@ pub mod exporter {
     /// node's name; nvidia-smi reads it (the reference's topology server path).
     pub const NODE_REPORT_PATH: &str = "/topology/nodes/";
 
+    /// How long a drawn utilization holds, seconds (default
+    /// [`crate::telemetry::DEFAULT_DRAW_INTERVAL_SECONDS`]): set on the exporter, and read by
+    /// the NVML library, whose draws agree with the exporter's when both have the same.
+    pub const DRAW_INTERVAL_ENV: &str = "FAKEGPU_UTILIZATION_INTERVAL_SECONDS";
+
     /// The exporter's base URL inside the cluster when installed in `namespace`.
     pub fn default_url(namespace: &str) -> String {
         format!("http://{SERVICE}.{namespace}.svc:{}", super::dcgm::PORT)

@@ -7,6 +7,8 @@
 //! boosts and reaches 75 C and its limit. Errors (XID, remapped rows, PCIe replays) read zero
 //! while the GPU is healthy.
 
+use crate::topology::{GpuStatus, UtilizationBounds};
+
 /// How busy a whole GPU is, and what bounds its readings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Load {
@@ -98,16 +100,47 @@ impl Load {
     }
 }
 
-/// The utilization of a GPU or MIG instance for a reader without the exporter's draws (the
-/// NVML library reads only the document): each pod holding it at the middle of its range.
-pub fn settled_utilization(status: &crate::topology::GpuStatus) -> u8 {
+/// How long a drawn utilization holds by default, seconds: a dashboard sees values that move,
+/// but not on every scrape.
+pub const DEFAULT_DRAW_INTERVAL_SECONDS: u64 = 10;
+
+/// The draw period `now` falls in: the time since the Unix epoch in whole `interval`s. Every
+/// process on every machine (with its clock set) is in the same period at the same moment.
+pub fn draw_period(now: std::time::SystemTime, interval: std::time::Duration) -> u64 {
+    let since_epoch = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    since_epoch.as_secs() / interval.as_secs().max(1)
+}
+
+/// Pod `pod`'s utilization of `target` (a GPU's or MIG instance's UUID) in draw period
+/// `period`: a value of `range` (both ends inclusive; the reference never reaches the maximum)
+/// that depends on nothing else, so that the exporter's metrics, fakegpu's nvidia-smi and the
+/// NVML library, each drawing for itself, agree, and a new period draws anew.
+pub fn drawn_utilization(pod: &str, target: &str, range: UtilizationBounds, period: u64) -> u8 {
+    let (min, max) = (range.min.min(range.max), range.max.max(range.min));
+    let span = u64::from(max - min) + 1;
+    // FNV-1a over the names (stable across builds, unlike std's hasher), then SplitMix64's
+    // finalizer over it and the period, so neighbouring periods draw unrelated values.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in pod.bytes().chain([0xff]).chain(target.bytes()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut z = hash ^ period.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    min + u8::try_from(z % span).unwrap_or(0)
+}
+
+/// The utilization of `target` (a GPU's or MIG instance's UUID) with `status`'s pods on it, in
+/// draw period `period`: the sum of their draws, at most 100. The exporter's Knative request
+/// rates are the exporter's alone; a reader of the document draws for those pods too.
+pub fn drawn_total(status: &GpuStatus, target: &str, period: u64) -> u8 {
     let sum: u32 = status
         .pod_gpu_usage_status
-        .values()
-        .map(|usage| {
-            let range = &usage.utilization;
-            (u32::from(range.min) + u32::from(range.max)) / 2
-        })
+        .iter()
+        .map(|(pod, usage)| u32::from(drawn_utilization(pod, target, usage.utilization, period)))
         .sum();
     u8::try_from(sum.min(100)).unwrap_or(100)
 }
@@ -161,23 +194,62 @@ mod tests {
     }
 
     #[test]
-    fn without_draws_each_pod_sits_at_the_middle_of_its_range() {
-        use crate::topology::{GpuStatus, PodGpuUsage, UtilizationBounds};
+    fn draws_cover_the_range_and_hold_for_the_period() {
+        let range = |min, max| UtilizationBounds { min, max };
+        let seen: std::collections::BTreeSet<u8> = (0..2000)
+            .map(|i| drawn_utilization(&format!("p{i}"), "GPU-0", range(10, 12), 7))
+            .collect();
+        assert_eq!(seen, [10, 11, 12].into());
+        // The same pod, GPU and period: the same value, whoever asks.
+        let once = drawn_utilization("p", "GPU-0", range(0, 100), 7);
+        assert_eq!(drawn_utilization("p", "GPU-0", range(0, 100), 7), once);
+        // Other periods draw anew: not all the same.
+        let later: std::collections::BTreeSet<u8> = (8..40)
+            .map(|period| drawn_utilization("p", "GPU-0", range(0, 100), period))
+            .collect();
+        assert!(later.len() > 10, "{later:?}");
+        // Reversed bounds read as the range they span; a constant is that constant.
+        assert!((20..=40).contains(&drawn_utilization("p", "g", range(40, 20), 1)));
+        assert_eq!(drawn_utilization("p", "g", range(42, 42), 1), 42);
+    }
+
+    #[test]
+    fn periods_are_whole_intervals_since_the_epoch() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let ten = Duration::from_secs(10);
+        assert_eq!(
+            draw_period(UNIX_EPOCH + Duration::from_secs(1_234_569), ten),
+            123_456
+        );
+        assert_eq!(
+            draw_period(UNIX_EPOCH + Duration::from_secs(1_234_570), ten),
+            123_457
+        );
+        // A zero interval reads as one second rather than dividing by zero.
+        assert_eq!(
+            draw_period(UNIX_EPOCH + Duration::from_secs(5), Duration::ZERO),
+            5
+        );
+    }
+
+    #[test]
+    fn a_target_s_total_is_its_pods_draws_at_most_a_whole_gpu() {
+        use crate::topology::PodGpuUsage;
         let pod = |min, max| PodGpuUsage {
             utilization: UtilizationBounds { min, max },
             fb_used: 0,
             use_knative_utilization: false,
         };
         let mut status = GpuStatus::default();
-        assert_eq!(settled_utilization(&status), 0);
-        status.pod_gpu_usage_status.insert("a".into(), pod(20, 40));
+        assert_eq!(drawn_total(&status, "GPU-0", 3), 0);
+        status.pod_gpu_usage_status.insert("a".into(), pod(20, 20));
         status.pod_gpu_usage_status.insert("b".into(), pod(10, 10));
-        assert_eq!(settled_utilization(&status), 40);
+        assert_eq!(drawn_total(&status, "GPU-0", 3), 30);
         // Shares that add up past the whole GPU read as a full one.
         status
             .pod_gpu_usage_status
             .insert("c".into(), pod(100, 100));
-        assert_eq!(settled_utilization(&status), 100);
+        assert_eq!(drawn_total(&status, "GPU-0", 3), 100);
     }
 
     #[test]

@@ -25,10 +25,13 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use fakegpu_api::names::{
-    dcgm,
-    exporter::NODE_REPORT_PATH,
-    fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV},
+use fakegpu_api::{
+    names::{
+        dcgm,
+        exporter::{self, NODE_REPORT_PATH},
+        fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV},
+    },
+    telemetry,
 };
 use fakegpu_exporter::{
     documents::Documents,
@@ -127,9 +130,17 @@ async fn node_report(State(exporter): State<Arc<Exporter>>, Path(node): Path<Str
 async fn run() -> anyhow::Result<()> {
     let namespace = env_or(NAMESPACE_ENV, DEFAULT_NAMESPACE);
     let addr = env_or("FAKEGPU_EXPORTER_ADDR", &format!("0.0.0.0:{}", dcgm::PORT));
-    let interval: u64 = env_or("FAKEGPU_UTILIZATION_INTERVAL_SECONDS", "10")
-        .parse()
-        .context("FAKEGPU_UTILIZATION_INTERVAL_SECONDS must be a number of seconds")?;
+    let interval: u64 = env_or(
+        exporter::DRAW_INTERVAL_ENV,
+        &telemetry::DEFAULT_DRAW_INTERVAL_SECONDS.to_string(),
+    )
+    .parse()
+    .with_context(|| {
+        format!(
+            "{} must be a number of seconds",
+            exporter::DRAW_INTERVAL_ENV
+        )
+    })?;
     let hostname_label = env_or("FAKEGPU_HOSTNAME_LABEL", dcgm::LABELS[dcgm::HOSTNAME_LABEL]);
     anyhow::ensure!(
         hostname_label == "Hostname" || hostname_label == "hostname",

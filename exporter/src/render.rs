@@ -2,7 +2,7 @@
 //! Prometheus text format.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     time::Instant,
 };
 
@@ -188,7 +188,7 @@ pub fn node_samples(
         .collect()
 }
 
-/// Every GPU of every node; draws of pods gone from the documents are forgotten.
+/// Every GPU of every node.
 pub fn samples(
     snapshot: &Snapshot,
     draws: &Draws,
@@ -226,19 +226,6 @@ pub fn samples(
             .map(|s| (s.gpu.as_str(), s.last_xid))
             .collect(),
     );
-    // One pass over the documents, not one per remembered draw: scrapes of thousands of GPUs.
-    let live: HashSet<(&str, &str)> = snapshot
-        .values()
-        .flat_map(|d| &d.gpus)
-        .flat_map(GpuTopology::statuses)
-        .flat_map(|(key, status)| {
-            status
-                .pod_gpu_usage_status
-                .keys()
-                .map(move |pod| (pod.as_str(), key))
-        })
-        .collect();
-    draws.retain(|pod, gpu| live.contains(&(pod, gpu)));
     samples
 }
 

@@ -384,6 +384,67 @@ func TestSensorsFollowTheModel(t *testing.T) {
 	}
 }
 
+// A process keeps its handles from Init on while pods come and go and their utilization draws
+// move: readings follow the document as it is at each call, drawn as the exporter draws them
+// (a new value each FAKEGPU_UTILIZATION_INTERVAL_SECONDS, here 1 s), without a new Init.
+func TestReadingsFollowTheDocumentAndTheDraws(t *testing.T) {
+	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := `  index: 0
+  status:
+    podGpuUsageStatus:
+      uid-1: {utilization: {min: 0, max: 100}, fbUsed: 1000, useKnativeUtilization: false}
+`
+	text := strings.Replace(string(original), "  index: 0\n", busy, 1)
+	path := filepath.Join(t.TempDir(), "topology.yml")
+	write := func(text string) {
+		t.Helper()
+		// As the node agent writes it: beside the file, then renamed over it.
+		staged := path + ".tmp"
+		if err := os.WriteFile(staged, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(staged, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(text)
+	t.Setenv("FAKEGPU_UTILIZATION_INTERVAL_SECONDS", "1")
+	lib := session(t, path, "")
+	gpu0, _ := lib.DeviceGetHandleByIndex(0)
+	gpu1, _ := lib.DeviceGetHandleByIndex(1)
+
+	seen := map[uint32]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(seen) < 3 && time.Now().Before(deadline); {
+		utilization, ret := gpu0.GetUtilizationRates()
+		if ret != nvml.SUCCESS || utilization.Gpu > 100 {
+			t.Fatalf("utilization %v: %v", utilization.Gpu, ret)
+		}
+		seen[utilization.Gpu] = true
+		time.Sleep(150 * time.Millisecond)
+	}
+	if len(seen) < 3 {
+		t.Errorf("a pod drawing from 0-100 read only %v over 10 one-second periods", seen)
+	}
+
+	memory, ret := gpu1.GetMemoryInfo()
+	check(t, "GPU 1 memory used before its pod", memory.Used, ret, uint64(0))
+	joined := `  index: 1
+  status:
+    podGpuUsageStatus:
+      uid-2: {utilization: {min: 100, max: 100}, fbUsed: 2000, useKnativeUtilization: false}
+`
+	write(strings.Replace(text, "  index: 1\n", joined, 1))
+	memory, ret = gpu1.GetMemoryInfo()
+	check(t, "GPU 1 memory used once a pod holds it", memory.Used, ret, uint64(2000*mib))
+	utilization, ret := gpu1.GetUtilizationRates()
+	check(t, "GPU 1 utilization once a pod holds it", utilization.Gpu, ret, uint32(100))
+	temperature, ret := gpu1.GetTemperature(nvml.TEMPERATURE_GPU)
+	check(t, "GPU 1 temperature at full load", temperature, ret, uint32(75))
+}
+
 // MIG profiles and instances as the driver numbers them: go-nvlib names a MIG device's
 // profile from its GPU and compute instance and their profiles (NVIDIA's device plugin calls
 // its `nvidia.com/mig-*` resources by that name), and lists the profiles a GPU offers from

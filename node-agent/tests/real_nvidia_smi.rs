@@ -1,6 +1,7 @@
 //! NVIDIA's own nvidia-smi, run against fakegpu's `libnvidia-ml.so.1`, prints what fakegpu's
 //! nvidia-smi prints for the same node: the default table (apart from its date), `-L`,
-//! `--query-gpu` and `--query-compute-apps`, for every builtin profile's idle GPUs, with each
+//! `--query-gpu` and `--query-compute-apps`, for every builtin profile's idle GPUs, and the
+//! load readings of busy ones (utilization drawn alike by the library and the exporter), with each
 //! real binary `hack/nvidia-smi.sh` fetched (NVIDIA's, from Debian's non-free archive, never
 //! committed). hack/test.sh runs it with FAKEGPU_REAL_NVIDIA_SMI naming the fetched binaries'
 //! folder and FAKEGPU_NVML_LIBRARY the built library.
@@ -9,9 +10,11 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
 use anyhow::{Context, ensure};
 use fakegpu_api::{
-    profiles::{PROFILES, profile},
+    names::exporter,
+    profiles::{GpuProfile, PROFILES, profile},
     report::NodeReport,
-    topology::{GpuStatus, MigDevice, mig_uuid},
+    telemetry,
+    topology::{GpuStatus, MigDevice, UtilizationBounds, mig_uuid},
 };
 
 mod common;
@@ -71,6 +74,10 @@ fn real(
     let output = Command::new(binary)
         .args(args.split_whitespace())
         .env("LD_LIBRARY_PATH", library)
+        .env(
+            exporter::DRAW_INTERVAL_ENV,
+            DRAW_INTERVAL.as_secs().to_string(),
+        )
         .env("FAKEGPU_NVML_TOPOLOGY", document)
         .output()?;
     ensure!(
@@ -97,6 +104,37 @@ fn partitioned(driver_version: &str) -> anyhow::Result<NodeReport> {
     }
     report.topology.gpus[1].mig_devices = instances;
     Ok(report)
+}
+
+/// The readings that follow a GPU's load; busy GPUs are compared on these (the Processes box
+/// differs, see [`idle`]).
+const LOAD_QUERY: &str =
+    "--query-gpu=index,uuid,utilization.gpu,temperature.gpu,power.draw,clocks.sm --format=csv";
+
+/// How long a draw holds for both sides: the library reads it from the environment, the
+/// report below is drawn with it, as the exporter draws.
+const DRAW_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A node of `profile` whose GPUs 0 and 1 are held by pods drawing from 0-100 %: the document
+/// NVIDIA's binary reads through the library, and the report fakegpu's nvidia-smi reads, with
+/// the utilization the exporter publishes for draw period `period`.
+fn busy(profile: &GpuProfile, driver_version: &str, period: u64) -> NodeReport {
+    let mut report = report(profile);
+    report.topology.driver_version = driver_version.to_owned();
+    for gpu in &mut report.topology.gpus {
+        for usage in gpu.status.pod_gpu_usage_status.values_mut() {
+            usage.utilization = UtilizationBounds { min: 0, max: 100 };
+        }
+        report.utilization.insert(
+            gpu.id.clone(),
+            telemetry::drawn_total(&gpu.status, &gpu.id, period),
+        );
+    }
+    report
+}
+
+fn period_now() -> u64 {
+    telemetry::draw_period(std::time::SystemTime::now(), DRAW_INTERVAL)
 }
 
 /// The GPU table: up to the empty line before the MIG section (the real binary lists no MIG
@@ -177,6 +215,25 @@ fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
                 };
                 let what = format!("{} on {version}, nvidia-smi {args}", profile.name);
                 differ(what, ours, theirs);
+            }
+        }
+        // Busy GPUs: NVIDIA's binary reads the library's draws, fakegpu's the exporter's
+        // report; both are the shared model's for the period (tried again when a period turns
+        // between the two runs).
+        for profile in PROFILES {
+            for attempt in 0.. {
+                let period = period_now();
+                let name = format!("busy-{}-{version}-{attempt}", profile.name);
+                let node = Node::new(scratch, &name, &busy(profile, &version, period))?;
+                let (ours, theirs) = node.outputs(&binary, &library, LOAD_QUERY)?;
+                if period_now() == period || attempt == 2 {
+                    let what = format!(
+                        "busy {} on {version}, nvidia-smi {LOAD_QUERY}",
+                        profile.name
+                    );
+                    differ(what, ours, theirs);
+                    break;
+                }
             }
         }
         let name = format!("partitioned-{version}");

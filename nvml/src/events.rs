@@ -145,7 +145,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        Machine::of(&document, &Visible::All)
+        Machine::of(&document, &Visible::All, 0)
     }
 
     #[test]

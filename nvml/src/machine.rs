@@ -3,7 +3,7 @@
 
 use fakegpu_api::{
     profiles::profile_by_product,
-    telemetry::{Load, partitioned_utilization, settled_utilization},
+    telemetry::{Load, drawn_total, partitioned_utilization},
     topology::{GpuTopology, MigDevice, NodeTopology},
 };
 
@@ -145,8 +145,9 @@ const MIB: u64 = 1024 * 1024;
 
 impl Machine {
     /// The GPUs of `document` that `visible` lets this process see (see [`Visible`]), in
-    /// index order, numbered from 0 as NVML numbers what it sees.
-    pub fn of(document: &NodeTopology, visible: &Visible) -> Self {
+    /// index order, numbered from 0 as NVML numbers what it sees, busy as their pods' draws of
+    /// draw period `period` make them (`fakegpu_api::telemetry::drawn_utilization`).
+    pub fn of(document: &NodeTopology, visible: &Visible, period: u64) -> Self {
         let mut gpus: Vec<&GpuTopology> = document
             .gpus
             .iter()
@@ -156,7 +157,7 @@ impl Machine {
         let devices = gpus
             .into_iter()
             .zip(0..)
-            .map(|(gpu, index)| device(document, gpu, index, visible))
+            .map(|(gpu, index)| device(document, gpu, index, visible, period))
             .collect();
         let cuda_major = document
             .cuda_version
@@ -173,7 +174,13 @@ impl Machine {
     }
 }
 
-fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32, visible: &Visible) -> Device {
+fn device(
+    document: &NodeTopology,
+    gpu: &GpuTopology,
+    index: u32,
+    visible: &Visible,
+    period: u64,
+) -> Device {
     let mig_devices = gpu
         .mig_devices
         .iter()
@@ -202,12 +209,12 @@ fn device(document: &NodeTopology, gpu: &GpuTopology, index: u32, visible: &Visi
         xid_period: gpu.xid_period(),
         load: Load {
             utilization: if gpu.mig_devices.is_empty() {
-                settled_utilization(&gpu.status)
+                drawn_total(&gpu.status, &gpu.id, period)
             } else {
                 partitioned_utilization(
                     gpu.mig_devices
                         .iter()
-                        .map(|m| (settled_utilization(&m.status), m.memory)),
+                        .map(|m| (drawn_total(&m.status, &m.uuid, period), m.memory)),
                     document.gpu_memory,
                 )
             },
@@ -401,7 +408,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let machine = Machine::of(&document, &Visible::All);
+        let machine = Machine::of(&document, &Visible::All, 0);
         let level = |a: usize, b: usize| machine.devices[a].common_ancestor(&machine.devices[b]);
         assert_eq!(level(0, 0), topology_level::INTERNAL);
         assert_eq!(level(0, 1), topology_level::HOSTBRIDGE);
@@ -412,7 +419,7 @@ mod tests {
 
     #[test]
     fn a_document_reads_as_nvml_reports_a_machine() {
-        let machine = Machine::of(&document(), &Visible::All);
+        let machine = Machine::of(&document(), &Visible::All, 0);
         assert_eq!(machine.nvml_version, "12.550.163.01");
         assert_eq!(machine.cuda_driver_version, 12040);
         let [first, second] = machine.devices.as_slice() else {
@@ -435,10 +442,10 @@ mod tests {
     #[test]
     fn visible_devices_filter_and_renumber() {
         let only = Visible::parse(Some("GPU-1"));
-        let machine = Machine::of(&document(), &only);
+        let machine = Machine::of(&document(), &only, 0);
         assert_eq!(machine.devices.len(), 1);
         assert_eq!((machine.devices[0].index, machine.devices[0].minor), (0, 1));
-        let by_mig = Machine::of(&document(), &Visible::parse(Some("MIG-a")));
+        let by_mig = Machine::of(&document(), &Visible::parse(Some("MIG-a")), 0);
         assert_eq!(by_mig.devices[0].uuid, "GPU-1");
         let instances = |machine: &Machine| -> Vec<String> {
             machine.devices[0]
@@ -448,17 +455,17 @@ mod tests {
                 .collect()
         };
         assert_eq!(instances(&by_mig), ["MIG-a"]);
-        let whole = Machine::of(&document(), &Visible::parse(Some("GPU-1")));
+        let whole = Machine::of(&document(), &Visible::parse(Some("GPU-1")), 0);
         assert_eq!(instances(&whole), ["MIG-a", "MIG-b"]);
         assert!(
-            Machine::of(&document(), &Visible::parse(Some("none")))
+            Machine::of(&document(), &Visible::parse(Some("none")), 0)
                 .devices
                 .is_empty()
         );
         assert_eq!(Visible::parse(Some("all")), Visible::All);
         assert_eq!(Visible::parse(None), Visible::All);
         assert_eq!(
-            Machine::of(&document(), &Visible::parse(Some("0,1")))
+            Machine::of(&document(), &Visible::parse(Some("0,1")), 0)
                 .devices
                 .len(),
             2

@@ -2,10 +2,19 @@
 //! [`TOPOLOGY_ENV`] names, else [`DOCUMENT_BESIDE_LIBRARY`] in the library's own directory,
 //! seen through `NVIDIA_VISIBLE_DEVICES`.
 
-use std::path::{Path, PathBuf};
+use std::{
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
 
 use fakegpu_api::{
-    names::nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
+    names::{
+        exporter::DRAW_INTERVAL_ENV,
+        nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
+    },
+    telemetry::{DEFAULT_DRAW_INTERVAL_SECONDS, draw_period},
     topology::{NodeTopology, TopologyError},
 };
 
@@ -26,11 +35,13 @@ pub enum LoadError {
     Invalid { path: String, source: TopologyError },
 }
 
-/// Where this process's answers come from: the document's path and what the container sees.
+/// Where this process's answers come from: the document's path, what the container sees, and
+/// how long a drawn utilization holds (the exporter's setting, so that both draw alike).
 #[derive(Clone, Debug)]
 pub struct Source {
     pub path: String,
     pub visible: Visible,
+    pub draw_interval: Duration,
 }
 
 impl Source {
@@ -46,12 +57,21 @@ impl Source {
                 .into_owned(),
         };
         let visible = Visible::parse(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
-        Ok(Self { path, visible })
+        let draw_interval = std::env::var(DRAW_INTERVAL_ENV)
+            .ok()
+            .and_then(|seconds| seconds.trim().parse().ok())
+            .unwrap_or(DEFAULT_DRAW_INTERVAL_SECONDS);
+        Ok(Self {
+            path,
+            visible,
+            draw_interval: Duration::from_secs(draw_interval),
+        })
     }
 
-    /// The machine the document describes now.
+    /// The machine the document describes now, busy as the draws of this moment make it.
     pub fn load(&self) -> Result<Machine, LoadError> {
-        load_from(&self.path, &self.visible)
+        let period = draw_period(SystemTime::now(), self.draw_interval);
+        load_from(&self.path, &self.visible, period)
     }
 }
 
@@ -78,7 +98,43 @@ fn mapped_file(maps: &str, address: usize) -> Option<&Path> {
     })
 }
 
-pub fn load_from(path: &str, visible: &Visible) -> Result<Machine, LoadError> {
+pub fn load_from(path: &str, visible: &Visible, period: u64) -> Result<Machine, LoadError> {
+    Ok(Machine::of(&*read_document(path)?, visible, period))
+}
+
+/// What tells one version of a document's file from another: the node agent replaces the
+/// file by rename (a new inode), and an edit in place changes its length or time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    path: String,
+    inode: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+/// The last document read and its file's stamp: readings are taken from the document anew at
+/// each call (see `ffi::now`), and nvidia-smi asks for a dozen per GPU.
+static LAST: Mutex<Option<(Stamp, Arc<NodeTopology>)>> = Mutex::new(None);
+
+fn read_document(path: &str) -> Result<Arc<NodeTopology>, LoadError> {
+    let stamp = std::fs::metadata(path).ok().map(|m| Stamp {
+        path: path.to_owned(),
+        inode: m.ino(),
+        len: m.len(),
+        modified: m.modified().ok(),
+    });
+    let mut last = LAST.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let (Some(stamp), Some((seen, document))) = (&stamp, last.as_ref())
+        && stamp == seen
+    {
+        return Ok(document.clone());
+    }
+    let document = Arc::new(parse(path)?);
+    *last = stamp.map(|stamp| (stamp, document.clone()));
+    Ok(document)
+}
+
+fn parse(path: &str) -> Result<NodeTopology, LoadError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -91,11 +147,10 @@ pub fn load_from(path: &str, visible: &Visible) -> Result<Machine, LoadError> {
             });
         }
     };
-    let document = NodeTopology::from_yaml(&text).map_err(|source| LoadError::Invalid {
+    NodeTopology::from_yaml(&text).map_err(|source| LoadError::Invalid {
         path: path.to_owned(),
         source,
-    })?;
-    Ok(Machine::of(&document, visible))
+    })
 }
 
 #[cfg(test)]

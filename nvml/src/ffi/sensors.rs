@@ -1,13 +1,15 @@
 //! A whole GPU's sensors and error counters: temperature, power, clocks, utilization and ECC
 //! errors, from the model the exporter and fakegpu's nvidia-smi read
-//! (`fakegpu_api::telemetry`), for the GPU as the document read at `nvmlInit` has it (its
-//! pods at the middle of their utilization ranges, its injected faults).
+//! (`fakegpu_api::telemetry`), for the GPU as the document has it at the call (its pods, their
+//! utilization drawn as the exporter draws it for this moment, its injected faults).
 
 use std::ffi::{c_uint, c_ulonglong};
 
 use fakegpu_api::telemetry::{MEMORY_CLOCK, SM_CLOCK_MAX};
 
-use super::{DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, answer, gpu, put};
+use super::{
+    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, answer, gpu_now, put,
+};
 use crate::machine::Device;
 
 /// `NVML_TEMPERATURE_GPU`.
@@ -37,7 +39,7 @@ unsafe fn query<T>(
     out: *mut T,
     read: impl FnOnce(&Device) -> Result<T, Return>,
 ) -> Return {
-    answer(gpu(handle).and_then(|device| Ok(unsafe { put(out, read(device)?) })))
+    answer(gpu_now(handle).and_then(|device| Ok(unsafe { put(out, read(&device)?) })))
 }
 
 /// The power limit in mW; products without a known one do not support power queries.
