@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds NVIDIA's own GPU feature discovery and device plugin (github.com/NVIDIA/k8s-device-plugin,
-# fetched from the Go module proxy at build time, never committed) into
-# target/hack-bin/nvidia/, for the real-node test that runs them against the driver root a
-# `backend: mock` pool lays out. Prints the directory.
+# Builds NVIDIA's own GPU feature discovery and device plugin (github.com/NVIDIA/k8s-device-plugin)
+# and container toolkit CLI (nvidia-ctk, github.com/NVIDIA/nvidia-container-toolkit), fetched
+# from the Go module proxy at build time, never committed, into target/hack-bin/nvidia/, for
+# the real-node tests that run them against the driver root a `backend: mock` pool lays out.
+# Prints the directory.
 #
 #   hack/nvidia-components.sh
 #
@@ -14,17 +15,24 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 version=v0.17.4
 nfd=v0.16.6
+toolkit=v1.20.2
 out=$repo/target/hack-bin/nvidia
 work=$repo/target/hack-build/k8s-device-plugin-$version
 
 log() { printf '[nvidia] %s\n' "$*" >&2; }
 
+export GOFLAGS=-mod=mod
+if [[ ! -x $out/nvidia-ctk || $(cat "$out/.toolkit-version" 2>/dev/null) != "$toolkit" ]]; then
+  log "building nvidia-ctk $toolkit (about a minute)"
+  mkdir -p "$out"
+  (cd /tmp && GOBIN=$out go install "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$toolkit" >&2)
+  echo "$toolkit" >"$out/.toolkit-version"
+fi
 if [[ -x $out/gpu-feature-discovery && -x $out/nvidia-device-plugin && -f $out/.version &&
   $(<"$out/.version") == "$version" ]]; then
   echo "$out"
   exit 0
 fi
-export GOFLAGS=-mod=mod
 source=$(go mod download -json "github.com/NVIDIA/k8s-device-plugin@$version" |
   sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 [[ -d $source ]] || { log "error: cannot fetch github.com/NVIDIA/k8s-device-plugin@$version"; exit 1; }

@@ -519,6 +519,19 @@ pub mod nvml {
     /// `config`, `numa_node`): GPU feature discovery reads `/sys/bus/pci/devices/<bus id>`, so
     /// its pod mounts this directory there.
     pub const PCI_DEVICES: &str = "sys/bus/pci/devices";
+    /// The GPUs' device nodes inside a driver root, where NVIDIA's device plugin (`--dev-root`,
+    /// default its driver root) and container toolkit (`nvidia-ctk cdi generate --dev-root`)
+    /// look for them: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`, and
+    /// `nvidia<minor>` per GPU (the minor number the library reports). Each reads as
+    /// `/dev/null` (1:3): a container handed one can open it, and nothing drives a GPU.
+    pub const DEVICE_NODES: &str = "dev";
+    /// The device nodes every NVIDIA driver installation has besides one per GPU.
+    pub const CONTROL_DEVICES: [&str; 4] = [
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia-modeset",
+    ];
     /// Where the node agent's image carries the library (glibc build) it copies into the root.
     pub const SHIPPED_LIBRARY: &str = "/usr/local/lib/fakegpu/libnvidia-ml.so.1";
 

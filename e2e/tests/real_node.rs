@@ -1629,6 +1629,92 @@ async fn driver_root_document(
     Ok(document)
 }
 
+/// The root's device nodes: the driver's control devices and one per GPU of `document`, by
+/// its minor number, each a character device reading as `/dev/null`.
+fn device_nodes_in_root(root: &std::path::Path, document: &NodeTopology) -> anyhow::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+    use fakegpu_api::names::nvml::{CONTROL_DEVICES, DEVICE_NODES};
+    let null = std::fs::metadata("/dev/null")?.rdev();
+    let names = CONTROL_DEVICES
+        .map(str::to_owned)
+        .into_iter()
+        .chain(document.gpus.iter().map(|g| format!("nvidia{}", g.index)));
+    for name in names {
+        let path = root.join(DEVICE_NODES).join(&name);
+        let node = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("{} in the driver root", path.display()))?;
+        ensure!(
+            node.file_type().is_char_device() && node.rdev() == null,
+            "{} is not a character device like /dev/null",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// NVIDIA's container toolkit (`nvidia-ctk cdi generate`, the discovery NVIDIA's device plugin
+/// and DRA driver use for CDI) makes a spec of the root: each GPU of `document` by UUID with its
+/// device node, the driver's control devices, and the library by its versioned name.
+fn toolkit_cdi_spec(root: &std::path::Path, document: &NodeTopology) -> anyhow::Result<()> {
+    let run = std::process::Command::new(nvidia_binary("nvidia-ctk")?)
+        .args(["cdi", "generate"])
+        .arg(format!("--driver-root={}", root.display()))
+        .arg(format!("--dev-root={}", root.display()))
+        .output()?;
+    ensure!(
+        run.status.success(),
+        "nvidia-ctk cdi generate: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let spec: serde_json::Value = serde_yaml::from_slice(&run.stdout)?;
+    let nodes_of = |edits: &serde_json::Value| -> Vec<(String, String)> {
+        edits["deviceNodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                let field = |f: &str| n[f].as_str().unwrap_or_default().to_owned();
+                (field("path"), field("hostPath"))
+            })
+            .collect()
+    };
+    for gpu in &document.gpus {
+        let device = spec["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["name"] == gpu.id.as_str())
+            .with_context(|| format!("no device {} in NVIDIA's spec: {spec:#}", gpu.id))?;
+        let path = format!("/dev/nvidia{}", gpu.index);
+        ensure!(
+            nodes_of(&device["containerEdits"])
+                == [(path.clone(), format!("{}{path}", root.display()))],
+            "{}'s device nodes in NVIDIA's spec: {device:#}",
+            gpu.id
+        );
+    }
+    let common = &spec["containerEdits"];
+    ensure!(
+        nodes_of(common)
+            .iter()
+            .any(|(path, _)| path == "/dev/nvidiactl"),
+        "no /dev/nvidiactl in NVIDIA's spec: {common:#}"
+    );
+    let library = format!("libnvidia-ml.so.{}", document.driver_version);
+    ensure!(
+        common["mounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["hostPath"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(&library))),
+        "NVIDIA's spec mounts no {library}: {common:#}"
+    );
+    Ok(())
+}
+
 /// GPU feature discovery's labels are the ones fakegpu wrote on the node, key for key (fakegpu
 /// does not write the DMI machine name, and writes what GFD leaves to NFD and the GPU
 /// Operator).
@@ -1788,6 +1874,8 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
 
     let document = driver_root_document(client, &node, pool).await?;
     ensure!(root.join(LIBRARY_DIR).join(LIBRARY_SONAME).is_file());
+    device_nodes_in_root(root, &document)?;
+    toolkit_cdi_spec(root, &document)?;
     let gfd = gpu_feature_discovery(root, &[])?;
     ensure!(
         gfd.get(label::GPU_COUNT).map(String::as_str) == Some("2"),
@@ -1804,6 +1892,8 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
         // "auto" looks for the library on the host's own paths, where a GPU Operator's
         // container toolkit would have put it; with a driver root the strategy is named.
         .arg("--device-discovery-strategy=nvml")
+        // The GPU's device nodes (the root's, under its driver root) go to the container.
+        .arg("--pass-device-specs=true")
         .arg("--fail-on-init-error=true")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log)?)
@@ -1839,9 +1929,33 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
         // envvar: the container toolkit would read the variable), and the driver-root agent
         // reports the kubelet's choice, so fakegpu's document (metrics, nvidia-smi) names the
         // same GPU.
+        let given = document
+            .gpus
+            .iter()
+            .find(|g| g.id == visible)
+            .with_context(|| {
+                format!("the container got {visible:?}, not one of the document's GPUs")
+            })?;
+        // As on a GPU node: the container has its GPU's device node (the root's), and no
+        // other GPU's. NVIDIA's plugin passes the control devices (`nvidiactl`, ...) only when
+        // its own /dev has them, which a plugin on the host of a GPU-less node has not.
+        let dev = kubectl(&[
+            "exec",
+            "-n",
+            namespace,
+            "nvidia-plugin-pod",
+            "--",
+            "ls",
+            "/dev",
+        ])?;
+        let nodes: Vec<&str> = dev
+            .split_whitespace()
+            .filter(|n| n.starts_with("nvidia"))
+            .collect();
+        let expected = [format!("nvidia{}", given.index)];
         ensure!(
-            document.gpus.iter().any(|g| g.id == visible),
-            "the container got {visible:?}, not one of the document's GPUs"
+            nodes == expected,
+            "the container's /dev/nvidia*: {nodes:?}, want {expected:?}"
         );
         eventually(
             "the document records the GPU NVIDIA's plugin gave",

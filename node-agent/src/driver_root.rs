@@ -9,10 +9,12 @@
 //! <root>/usr/lib/x86_64-linux-gnu/fakegpu-topology.yml                what the library answers from
 //! <root>/usr/bin/nvidia-smi                                           fakegpu's nvidia-smi
 //! <root>/sys/bus/pci/devices/<bus id>/{vendor,device,class,...}       the GPUs' PCI functions
+//! <root>/dev/{nvidiactl,nvidia-uvm,...,nvidia<minor>}                 device nodes, as /dev/null
 //! ```
 
 use std::{
     collections::BTreeMap,
+    os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -20,7 +22,10 @@ use std::{
 use fakegpu_api::{
     names::{
         label::DEPLOY_DRIVER_ROOT,
-        nvml::{DOCUMENT_BESIDE_LIBRARY, LIBRARY_DIR, LIBRARY_SONAME, NVIDIA_SMI, PCI_DEVICES},
+        nvml::{
+            CONTROL_DEVICES, DEVICE_NODES, DOCUMENT_BESIDE_LIBRARY, LIBRARY_DIR, LIBRARY_SONAME,
+            NVIDIA_SMI, PCI_DEVICES,
+        },
     },
     topology::{NodeTopology, TopologyError},
 };
@@ -37,9 +42,18 @@ use crate::{
 /// One path of the root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
-    File { bytes: Arc<[u8]>, executable: bool },
+    File {
+        bytes: Arc<[u8]>,
+        executable: bool,
+    },
     Link(PathBuf),
+    /// A character device that is `/dev/null` (1:3): NVIDIA's components find a GPU's device
+    /// node by its path and hand it to containers.
+    NullDevice,
 }
+
+/// `/dev/null`'s major and minor numbers.
+const NULL_DEVICE: (u32, u32) = (1, 3);
 
 /// The binaries the agent's image ships, read once at start.
 #[derive(Clone, Debug)]
@@ -87,7 +101,15 @@ pub fn desired(
             file(shipped.nvidia_smi.clone(), true),
         ),
     ]);
+    let devices = Path::new(DEVICE_NODES);
+    for name in CONTROL_DEVICES {
+        entries.insert(devices.join(name), Entry::NullDevice);
+    }
     for gpu in &document.gpus {
+        entries.insert(
+            devices.join(format!("nvidia{}", gpu.index)),
+            Entry::NullDevice,
+        );
         let function = Path::new(PCI_DEVICES).join(gpu.pci_bus_id.to_ascii_lowercase());
         let numa = gpu.numa_node.map_or(-1, i64::from);
         for (name, entry) in [
@@ -124,14 +146,28 @@ fn no_resources() -> String {
 /// are removed. Returns how many paths changed.
 pub fn apply(root: &Path, entries: &BTreeMap<PathBuf, Entry>) -> std::io::Result<usize> {
     let mut changed = 0;
+    let mut refused = 0;
     for (relative, entry) in entries {
         let path = root.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        if write(&path, entry)? {
-            changed += 1;
+        match write(&path, entry) {
+            Ok(true) => changed += 1,
+            Ok(false) => {}
+            // Without CAP_MKNOD (an older bundle's DaemonSet, a node that forbids it) the root
+            // has no device nodes: NVIDIA's components still run, their containers get none.
+            Err(error)
+                if *entry == Entry::NullDevice
+                    && error.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                refused += 1
+            }
+            Err(error) => return Err(error),
         }
+    }
+    if refused > 0 {
+        warn!(root = %root.display(), refused, "cannot make device nodes (the agent lacks CAP_MKNOD); the driver root goes without them");
     }
     changed += prune(root, Path::new(""), entries)?;
     Ok(changed)
@@ -150,13 +186,38 @@ fn write(path: &Path, entry: &Entry) -> std::io::Result<bool> {
             if std::fs::read_link(path).is_ok_and(|there| there == *target) {
                 return Ok(false);
             }
-            let staged = path.with_extension(format!("tmp-{}", std::process::id()));
-            let _ = std::fs::remove_file(&staged);
+            let staged = staged(path);
             std::os::unix::fs::symlink(target, &staged)?;
+            std::fs::rename(&staged, path)?;
+        }
+        Entry::NullDevice => {
+            let (major, minor) = NULL_DEVICE;
+            let device = rustix::fs::makedev(major, minor);
+            let there = std::fs::symlink_metadata(path);
+            if there.is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == device) {
+                return Ok(false);
+            }
+            let staged = staged(path);
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &staged,
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::Mode::from_raw_mode(0o666),
+                device,
+            )?;
+            // As the driver makes them: anyone may open them (mknod applied the umask).
+            std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o666))?;
             std::fs::rename(&staged, path)?;
         }
     }
     Ok(true)
+}
+
+/// A fresh name beside `path` to make an entry under before renaming it over `path`.
+fn staged(path: &Path) -> PathBuf {
+    let staged = path.with_extension(format!("tmp-{}", std::process::id()));
+    let _ = std::fs::remove_file(&staged);
+    staged
 }
 
 /// Removes what lies under `root/dir` and is neither an entry nor above one.
@@ -294,7 +355,22 @@ mod tests {
     fn the_library_is_found_by_its_soname_with_the_document_beside_it() -> anyhow::Result<()> {
         let root = temp_root("layout");
         let entries = desired(&document(2), &shipped())?;
-        assert_eq!(apply(&root, &entries)?, entries.len());
+        // Device nodes need CAP_MKNOD: without it (not root) the rest is laid out all the same.
+        let may_mknod = rustix::process::geteuid().is_root();
+        let devices = 4 + 2;
+        let expected = entries.len() - if may_mknod { 0 } else { devices };
+        assert_eq!(apply(&root, &entries)?, expected);
+        for name in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
+            let node = std::fs::symlink_metadata(root.join(DEVICE_NODES).join(name));
+            if may_mknod {
+                let node = node?;
+                assert!(node.file_type().is_char_device(), "{name}");
+                assert_eq!(node.rdev(), rustix::fs::makedev(1, 3), "{name}");
+                assert_eq!(node.permissions().mode() & 0o777, 0o666, "{name}");
+            } else {
+                assert!(node.is_err(), "{name}");
+            }
+        }
         let lib = root.join(LIBRARY_DIR);
         assert_eq!(
             std::fs::canonicalize(lib.join("libnvidia-ml.so.1"))?,
@@ -337,6 +413,7 @@ mod tests {
             .map(|e| e.map(|e| e.file_name()))
             .collect::<Result<_, _>>()?;
         assert_eq!(functions, ["0000:1a:00.0"]);
+        assert!(!root.join(DEVICE_NODES).join("nvidia3").exists());
         let lib = root.join(LIBRARY_DIR);
         assert!(!lib.join("libnvidia-ml.so.550.163.01").exists());
         assert_eq!(
