@@ -7,7 +7,7 @@
 //! boosts and reaches 75 C and its limit. Errors (XID, remapped rows, PCIe replays) read zero
 //! while the GPU is healthy.
 
-use crate::topology::{GpuStatus, UtilizationBounds};
+use crate::topology::{GpuStatus, PodGpuUsage, UtilizationBounds};
 
 /// How busy a whole GPU is, and what bounds its readings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -133,16 +133,24 @@ pub fn drawn_utilization(pod: &str, target: &str, range: UtilizationBounds, peri
     min + u8::try_from(z % span).unwrap_or(0)
 }
 
-/// The utilization of `target` (a GPU's or MIG instance's UUID) with `status`'s pods on it, in
-/// draw period `period`: the sum of their draws, at most 100. The exporter's Knative request
-/// rates are the exporter's alone; a reader of the document draws for those pods too.
-pub fn drawn_total(status: &GpuStatus, target: &str, period: u64) -> u8 {
+/// The utilization of a GPU or MIG instance with `status`'s pods on it: the sum of `value` of
+/// each pod (its UID and usage), at most 100.
+pub fn total(status: &GpuStatus, value: impl Fn(&str, &PodGpuUsage) -> u8) -> u8 {
     let sum: u32 = status
         .pod_gpu_usage_status
         .iter()
-        .map(|(pod, usage)| u32::from(drawn_utilization(pod, target, usage.utilization, period)))
+        .map(|(pod, usage)| u32::from(value(pod, usage)))
         .sum();
     u8::try_from(sum.min(100)).unwrap_or(100)
+}
+
+/// [`total`] of `target` (a GPU's or MIG instance's UUID) with each pod's draw of period
+/// `period`. The exporter's Knative request rates are the exporter's alone; a reader of the
+/// document draws for those pods too.
+pub fn drawn_total(status: &GpuStatus, target: &str, period: u64) -> u8 {
+    total(status, |pod, usage| {
+        drawn_utilization(pod, target, usage.utilization, period)
+    })
 }
 
 /// The load of a partitioned GPU from its instances' utilization and framebuffer: each
@@ -234,7 +242,6 @@ mod tests {
 
     #[test]
     fn a_target_s_total_is_its_pods_draws_at_most_a_whole_gpu() {
-        use crate::topology::PodGpuUsage;
         let pod = |min, max| PodGpuUsage {
             utilization: UtilizationBounds { min, max },
             fb_used: 0,

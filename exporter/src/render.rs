@@ -1,10 +1,7 @@
 //! Documents and utilization draws into dcgm-exporter's series (pure), and those into the
 //! Prometheus text format.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    time::Instant,
-};
+use std::{collections::HashMap, time::Instant};
 
 use std::fmt::Write as _;
 
@@ -12,7 +9,7 @@ use fakegpu_api::{
     names::{dcgm, metric},
     report::NodeReport,
     telemetry::{self, Load},
-    topology::{GpuStatus, GpuTopology, NodeTopology, long_bus_id},
+    topology::{GpuStatus, GpuTopology, NodeTopology, PodGpuUsage, long_bus_id},
 };
 
 use crate::{
@@ -69,6 +66,19 @@ struct Target<'a> {
     mig: Option<[String; 2]>,
 }
 
+/// Pod `pod`'s utilization of `target`: its Knative request rate when it is an inference pod
+/// and `knative` has its UID, else its draw.
+fn pod_value((draws, knative, now): Rates<'_>, pod: &str, target: &str, usage: &PodGpuUsage) -> u8 {
+    usage
+        .use_knative_utilization
+        .then(|| knative.get(pod).copied())
+        .flatten()
+        .unwrap_or_else(|| draws.value(pod, target, usage.utilization, now))
+}
+
+/// The draws, the Knative request rates by pod UID, and the moment to read them at.
+type Rates<'a> = (&'a Draws, &'a HashMap<String, u8>, Instant);
+
 /// One sample: utilization the sum of the pods' values on the target (at most 100),
 /// framebuffer used the sum of their allocations (at most its memory), the holder's pod
 /// labels. A pod's value is its Knative request rate when it is an inference pod and `knative`
@@ -78,7 +88,7 @@ fn sample(
     document: &NodeTopology,
     gpu: &GpuTopology,
     target: Target<'_>,
-    rates: (&Draws, &HashMap<String, u8>, Instant),
+    rates: Rates<'_>,
 ) -> GpuSample {
     let Target {
         key,
@@ -86,21 +96,7 @@ fn sample(
         memory,
         mig,
     } = target;
-    let (draws, knative, now) = rates;
-    let usage = &status.pod_gpu_usage_status;
-    let utilization: u32 = usage
-        .iter()
-        .map(|(pod, u)| {
-            let rate = u
-                .use_knative_utilization
-                .then(|| knative.get(pod))
-                .flatten();
-            u32::from(
-                rate.copied()
-                    .unwrap_or_else(|| draws.value(pod, key, u.utilization, now)),
-            )
-        })
-        .sum();
+    let utilization = telemetry::total(status, |pod, usage| pod_value(rates, pod, key, usage));
     let used = status.memory_used(memory);
     let holder = &status.allocated_by;
     GpuSample {
@@ -119,11 +115,11 @@ fn sample(
         mig,
         uuid: key.to_owned(),
         gpu: gpu.id.clone(),
-        utilization: f64::from(utilization.min(100)),
+        utilization: f64::from(utilization),
         fb_used: used as f64,
         fb_free: memory.saturating_sub(used) as f64,
         device: Load {
-            utilization: u8::try_from(utilization.min(100)).unwrap_or(100),
+            utilization,
             power_limit: (document.power_limit_watts > 0).then_some(document.power_limit_watts),
             thermal_throttling: gpu.faults.thermal_throttling,
         },
@@ -248,7 +244,7 @@ pub fn document_wants_knative(document: &NodeTopology) -> bool {
 }
 
 /// What nvidia-smi is told about `node`: its document and the utilization its GPUs' series
-/// carry now (the same draws, so the two agree).
+/// carry now (the same values, so the two agree).
 pub fn node_report(
     node: &str,
     document: &NodeTopology,
@@ -256,20 +252,9 @@ pub fn node_report(
     knative: &HashMap<String, u8>,
     now: Instant,
 ) -> NodeReport {
-    // By the GPU's UUID, or the MIG instance's; a MIG GPU's own is its instances' together,
-    // which its sensors (temperature, power) follow in nvidia-smi as on the dashboard.
-    let mut utilization = BTreeMap::new();
-    for sample in node_samples(node, document, draws, knative, now) {
-        if sample.mig.is_some() {
-            utilization.insert(sample.gpu, sample.device.utilization);
-        }
-        utilization.insert(sample.uuid, sample.utilization as u8);
-    }
-    NodeReport {
-        node: node.to_owned(),
-        topology: document.clone(),
-        utilization,
-    }
+    NodeReport::of(node, document, |pod, target, usage| {
+        pod_value((draws, knative, now), pod, target, usage)
+    })
 }
 
 /// Writes `value` escaped as a label value of the text format.

@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, net::TcpListener, path::PathBuf, process::Comma
 use anyhow::Context;
 use fakegpu_api::{
     profiles::{GpuProfile, PROFILES},
+    report::NodeReport,
     topology::{AllocatedBy, GpuStatus, MigDevice, PodGpuUsage, gpu_uuid, mig_uuid},
 };
 use fakegpu_node_agent::smi::Environment;
@@ -248,5 +249,66 @@ fn the_binary_refuses_to_run_without_node_name() -> anyhow::Result<()> {
     let date = text.lines().next().unwrap_or_default().trim_end();
     assert_eq!(date.len(), DATE.len(), "{text}");
     assert!(text.contains("| NVIDIA-SMI 535.183.01 "), "{text}");
+    Ok(())
+}
+
+/// In a container the node agent gave the node's document (`FAKEGPU_NVML_TOPOLOGY`),
+/// nvidia-smi reads it and needs no exporter; it asks the exporter only when a pod's
+/// utilization is a Knative request rate, and draws for that pod when the exporter cannot be
+/// reached.
+#[test]
+fn the_document_in_the_container_serves_without_the_exporter() -> anyhow::Result<()> {
+    let profile = fakegpu_api::profiles::profile("h100").context("h100 profile")?;
+    // As the exporter publishes it: the pods' constant ranges (40 %) drawn, two on GPU 1.
+    let served = NodeReport::drawn(NODE, &report(profile).topology, 0);
+    let with_exporter = environment(&serve(&served)?);
+    let scratch = std::env::temp_dir().join(format!("fakegpu-smi-doc-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let document = scratch.join("fakegpu-topology.yml");
+    std::fs::write(&document, served.topology.to_yaml()?)?;
+    let closed = TcpListener::bind("127.0.0.1:0")?;
+    let dead = format!("http://{}", closed.local_addr()?);
+    drop(closed);
+    let local = Environment {
+        document: Some(document.display().to_string()),
+        ..environment(&dead)
+    };
+    for args in [
+        "",
+        "-L",
+        QUERY,
+        "--query-compute-apps=pid,used_memory --format=csv",
+    ] {
+        let (code, from_document, err) = smi(args, &local);
+        assert_eq!(code, 0, "nvidia-smi {args} from the document: {err}");
+        assert_eq!(
+            from_document,
+            smi(args, &with_exporter).1,
+            "nvidia-smi {args}"
+        );
+    }
+
+    // GPU 0's pod takes a Knative rate: the exporter's 77 %, or its draw without the exporter.
+    let mut knative = served.clone();
+    let gpu = &mut knative.topology.gpus[0];
+    for usage in gpu.status.pod_gpu_usage_status.values_mut() {
+        usage.use_knative_utilization = true;
+    }
+    knative.utilization.insert(gpu.id.clone(), 77);
+    std::fs::write(&document, knative.topology.to_yaml()?)?;
+    let utilization = |env: &Environment| {
+        smi(
+            "-i 0 --query-gpu=utilization.gpu --format=csv,noheader",
+            env,
+        )
+        .1
+    };
+    let asked = Environment {
+        document: Some(document.display().to_string()),
+        ..environment(&serve(&knative)?)
+    };
+    assert_eq!(utilization(&asked), "77 %\n");
+    assert_eq!(utilization(&local), "40 %\n");
+    std::fs::remove_dir_all(&scratch)?;
     Ok(())
 }

@@ -3,10 +3,10 @@
 
 use fakegpu_api::{
     faults::GpuFaults,
-    names::container_env,
+    names::{container_env, exporter, nvml::TOPOLOGY_ENV},
     profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
     report::NodeReport,
-    telemetry::Load,
+    telemetry::{self, Load},
     topology::{GpuStatus, GpuTopology, MigDevice, PodGpuUsage, long_bus_id},
 };
 
@@ -28,6 +28,12 @@ pub struct Environment {
     /// The container's main process, shown in the processes table.
     pub process_id: u32,
     pub process_name: String,
+    /// `FAKEGPU_NVML_TOPOLOGY`: the node's document, as the node agent keeps it for the
+    /// container's NVML library; read instead of asking the exporter when it is there.
+    pub document: Option<String>,
+    /// The utilization draw period of now (`FAKEGPU_UTILIZATION_INTERVAL_SECONDS`, as the
+    /// exporter's), for a report made from the document.
+    pub draw_period: u64,
 }
 
 impl Environment {
@@ -50,6 +56,15 @@ impl Environment {
             gpu_share: var(container_env::RUNAI_NUM_OF_GPUS),
             process_id: 1,
             process_name,
+            document: var(TOPOLOGY_ENV).filter(|path| !path.is_empty()),
+            draw_period: telemetry::draw_period(
+                std::time::SystemTime::now(),
+                std::time::Duration::from_secs(
+                    var(exporter::DRAW_INTERVAL_ENV)
+                        .and_then(|s| s.trim().parse().ok())
+                        .unwrap_or(telemetry::DEFAULT_DRAW_INTERVAL_SECONDS),
+                ),
+            ),
         }
     }
 }

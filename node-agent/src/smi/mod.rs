@@ -1,7 +1,10 @@
 //! The fake nvidia-smi: what a container given simulated GPUs sees when it runs `nvidia-smi`.
 //!
-//! It asks the exporter for its node's GPUs ([`fakegpu_api::report::NodeReport`], so the
-//! utilization matches `DCGM_FI_DEV_GPU_UTIL`), keeps the ones the container was given
+//! It reads its node's GPUs from the node's document that the node agent gives the container
+//! for the NVML library (`FAKEGPU_NVML_TOPOLOGY`), drawing each pod's utilization as the
+//! exporter does, or asks the exporter ([`fakegpu_api::report::NodeReport`]) without one or for
+//! Knative request rates, so the utilization matches `DCGM_FI_DEV_GPU_UTIL` either way; it keeps
+//! the ones the container was given
 //! (`NVIDIA_VISIBLE_DEVICES`, set by the device plugin and the DRA plugin's CDI spec) and prints
 //! them in the real tool's layouts: the default table, `-L`, `--query-gpu` and
 //! `--query-compute-apps` as CSV, `--version`.
@@ -13,6 +16,8 @@ mod query;
 mod table;
 
 use std::io::Write;
+
+use fakegpu_api::{report::NodeReport, topology::NodeTopology};
 
 pub use args::{Command, parse};
 pub use fetch::{FetchError, node_report};
@@ -30,6 +35,82 @@ pub mod exit {
     /// The driver cannot be reached; for the fake, the exporter or `NODE_NAME`.
     pub const DRIVER_NOT_LOADED: i32 = 9;
     pub const UNKNOWN: i32 = 255;
+}
+
+/// The node's GPUs: from the node's document in the container when the node agent put it there
+/// (no network, and the same draws as the exporter's; the exporter is asked when a pod on the
+/// node takes Knative request rates, which only it knows), else from the exporter. Errors are
+/// written to `out`/`err` and returned as the exit code.
+fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result<NodeReport, i32> {
+    let local = env
+        .document
+        .as_deref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| NodeTopology::from_yaml(&text).ok())
+        .map(|document| {
+            let node = env.node.as_deref().unwrap_or_default();
+            NodeReport::drawn(node, &document, env.draw_period)
+        });
+    let knative = |report: &NodeReport| {
+        report
+            .topology
+            .gpus
+            .iter()
+            .flat_map(|gpu| gpu.statuses())
+            .any(|(_, status)| {
+                status
+                    .pod_gpu_usage_status
+                    .values()
+                    .any(|usage| usage.use_knative_utilization)
+            })
+    };
+    let local = match local {
+        Some(report) if !knative(&report) => return Ok(report),
+        other => other,
+    };
+    let node = env.node.as_deref().filter(|n| !n.is_empty());
+    let url = env.exporter_url.as_deref().filter(|u| !u.is_empty());
+    let (Some(node), Some(url)) = (node, url) else {
+        if let Some(report) = local {
+            return Ok(report);
+        }
+        let _ = if node.is_none() {
+            writeln!(
+                err,
+                "NVIDIA-SMI has failed because NODE_NAME is not set: it names the node whose \
+                 GPUs to show. Containers given GPUs by fakegpu's device plugin or DRA driver \
+                 have it; elsewhere set it, e.g. from the downward API (spec.nodeName)."
+            )
+        } else {
+            writeln!(
+                err,
+                "NVIDIA-SMI has failed because FAKEGPU_EXPORTER_URL is not set: it says where \
+                 fakegpu's exporter serves the node's GPUs (http://fakegpu-exporter.<namespace>.svc:9400)."
+            )
+        };
+        return Err(exit::DRIVER_NOT_LOADED);
+    };
+    match node_report(url, node) {
+        Ok(report) => Ok(report),
+        // The exporter was asked for Knative rates only: without it, the document's draws.
+        Err(FetchError::Unreachable { .. }) if local.is_some() => local.ok_or(exit::UNKNOWN),
+        Err(FetchError::NoNode) => {
+            let _ = writeln!(out, "No devices were found");
+            Err(exit::NOT_FOUND)
+        }
+        Err(error @ FetchError::Unreachable { .. }) => {
+            let _ = writeln!(
+                err,
+                "NVIDIA-SMI has failed because it couldn't communicate with the fakegpu \
+                 exporter: {error}. Make sure it is running."
+            );
+            Err(exit::DRIVER_NOT_LOADED)
+        }
+        Err(error) => {
+            let _ = writeln!(err, "Failed to parse devices data: {error}");
+            Err(exit::UNKNOWN)
+        }
+    }
 }
 
 /// Runs nvidia-smi with `args` (without the program name) in `env`; `date` is the first line of
@@ -52,41 +133,9 @@ pub fn run(
         let _ = out.write_all(args::HELP.as_bytes());
         return exit::OK;
     }
-    let Some(node) = env.node.as_deref().filter(|n| !n.is_empty()) else {
-        let _ = writeln!(
-            err,
-            "NVIDIA-SMI has failed because NODE_NAME is not set: it names the node whose \
-             GPUs to show. Containers given GPUs by fakegpu's device plugin or DRA driver \
-             have it; elsewhere set it, e.g. from the downward API (spec.nodeName)."
-        );
-        return exit::DRIVER_NOT_LOADED;
-    };
-    let Some(url) = env.exporter_url.as_deref().filter(|u| !u.is_empty()) else {
-        let _ = writeln!(
-            err,
-            "NVIDIA-SMI has failed because FAKEGPU_EXPORTER_URL is not set: it says where \
-             fakegpu's exporter serves the node's GPUs (http://fakegpu-exporter.<namespace>.svc:9400)."
-        );
-        return exit::DRIVER_NOT_LOADED;
-    };
-    let report = match node_report(url, node) {
+    let report = match report(env, out, err) {
         Ok(report) => report,
-        Err(FetchError::NoNode) => {
-            let _ = writeln!(out, "No devices were found");
-            return exit::NOT_FOUND;
-        }
-        Err(error @ FetchError::Unreachable { .. }) => {
-            let _ = writeln!(
-                err,
-                "NVIDIA-SMI has failed because it couldn't communicate with the fakegpu \
-                 exporter: {error}. Make sure it is running."
-            );
-            return exit::DRIVER_NOT_LOADED;
-        }
-        Err(error) => {
-            let _ = writeln!(err, "Failed to parse devices data: {error}");
-            return exit::UNKNOWN;
-        }
+        Err(code) => return code,
     };
     let machine = machine(&report, env);
     let selected = match command.selection() {
