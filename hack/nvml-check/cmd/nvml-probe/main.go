@@ -37,6 +37,18 @@ func check(what string, ret nvml.Return) {
 	}
 }
 
+// identify reads what names a GPU or MIG device (what: which, for errors): its UUID, name and
+// total memory in bytes.
+func identify(what string, device nvml.Device) (string, string, uint64) {
+	uuid, ret := device.GetUUID()
+	check(what+" GetUUID", ret)
+	name, ret := device.GetName()
+	check(what+" GetName", ret)
+	memory, ret := device.GetMemoryInfo()
+	check(what+" GetMemoryInfo", ret)
+	return uuid, name, memory.Total
+}
+
 func main() {
 	check("Init", nvml.Init())
 	driver, ret := nvml.SystemGetDriverVersion()
@@ -48,13 +60,7 @@ func main() {
 		device, ret := nvml.DeviceGetHandleByIndex(i)
 		check("DeviceGetHandleByIndex", ret)
 		g := gpu{MigDevices: []migDevice{}}
-		g.UUID, ret = device.GetUUID()
-		check("GetUUID", ret)
-		g.Name, ret = device.GetName()
-		check("GetName", ret)
-		memory, ret := device.GetMemoryInfo()
-		check("GetMemoryInfo", ret)
-		g.MemoryTotal = memory.Total
+		g.UUID, g.Name, g.MemoryTotal = identify("GPU", device)
 		if current, _, ret := device.GetMigMode(); ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {
 			slots, ret := device.GetMaxMigDeviceCount()
 			check("GetMaxMigDeviceCount", ret)
@@ -65,13 +71,7 @@ func main() {
 				}
 				check("GetMigDeviceHandleByIndex", ret)
 				var m migDevice
-				m.UUID, ret = mig.GetUUID()
-				check("MIG GetUUID", ret)
-				m.Name, ret = mig.GetName()
-				check("MIG GetName", ret)
-				memory, ret := mig.GetMemoryInfo()
-				check("MIG GetMemoryInfo", ret)
-				m.MemoryTotal = memory.Total
+				m.UUID, m.Name, m.MemoryTotal = identify("MIG", mig)
 				g.MigDevices = append(g.MigDevices, m)
 			}
 		}
