@@ -21,6 +21,16 @@ use crate::{
     recent::{RecentWrites, Target, fingerprint},
 };
 
+/// Whether the API server refused a write because its namespace is being deleted
+/// (NamespaceLifecycle: no new objects there): the namespace's objects are going with it, so
+/// there is nothing to retry.
+pub fn namespace_terminating(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 403
+    && status.details.as_ref().is_some_and(|details| {
+        details.causes.iter().any(|cause| cause.reason == "NamespaceTerminating")
+    }))
+}
+
 /// Every write the operator makes, by kind and verb: the number that idempotence and the scale
 /// benchmark are about. Process-wide because every write path goes through here; registered in
 /// the operator's registry by [`crate::metrics::Metrics::new`].
@@ -316,6 +326,14 @@ mod tests {
             let mut object = body;
             object["metadata"]["resourceVersion"] = json!("7");
             object
+        } else if code == 403 {
+            // What NamespaceLifecycle answers a create in a namespace being deleted.
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                "reason": "Forbidden", "message": "unable to create new content in namespace \
+                    fakegpu-system because it is being terminated",
+                "details": {"causes": [{"reason": "NamespaceTerminating",
+                    "message": "namespace fakegpu-system is being terminated",
+                    "field": "metadata.namespace"}]}})
         } else {
             json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
                 "reason": "Scripted", "message": "scripted answer"})
@@ -366,6 +384,19 @@ mod tests {
 
     const COLLECTION: &str = "/api/v1/namespaces/fakegpu-system/configmaps";
     const OBJECT: &str = "/api/v1/namespaces/fakegpu-system/configmaps/topology-n1";
+
+    #[tokio::test]
+    async fn a_namespace_being_deleted_is_told_from_other_refusals() {
+        for (answer, terminating) in [(403, true), (422, false), (500, false)] {
+            let (written, _) = replace_against(&[answer], false).await;
+            match written {
+                Err(crate::Error::Kube(error)) => {
+                    assert_eq!(namespace_terminating(&error), terminating, "{answer}")
+                }
+                other => panic!("{answer}: {other:?}"),
+            }
+        }
+    }
 
     #[tokio::test]
     async fn replace_creates_what_the_cache_lacks_and_replaces_what_it_has() {

@@ -101,6 +101,11 @@ async fn ensure_template(
                 Err(Error::Kube(kube::Error::Api(refusal))) if refusal.code == 422 => Ok(Some(
                     status::TemplateProblem::refused(&name, &refusal.message),
                 )),
+                // The namespace is being deleted, and the domain with it.
+                Err(Error::Kube(error)) if apply::namespace_terminating(&error) => {
+                    info!(domain = %domain.name_any(), %namespace, template = %name, "namespace terminating; no template written");
+                    Ok(None)
+                }
                 Err(error) => Err(error),
             }
         }
