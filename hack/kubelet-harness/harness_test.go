@@ -355,13 +355,13 @@ func startAgent(t *testing.T, c *cluster, node string, env map[string]string) *a
 	}
 	cmd := exec.Command(binary)
 	address := freeAddress(t)
-	// The agent installs its nvidia-smi for containers; here into the test's own directory,
-	// not the host's /var/lib/fakegpu. It reads no real kubelet's PodResources either: the
+	// The agent installs its nvidia-smi, and writes the node's document for containers' NVML
+	// library; here into the test's own directory, not the host's /var/lib/fakegpu. It reads no real kubelet's PodResources either: the
 	// harness serves none, and a real node's kubelet on this host is another node.
 	dir := t.TempDir()
 	cmd.Env = append(os.Environ(), "NODE_NAME="+node, "FAKEGPU_NAMESPACE="+c.namespace,
 		"KUBECONFIG="+c.kubeconfig, "RUST_LOG=info", "NO_COLOR=1", "FAKEGPU_HTTP_ADDR="+address,
-		"FAKEGPU_NVIDIA_SMI="+filepath.Join(dir, "nvidia-smi"),
+		"FAKEGPU_NVIDIA_SMI="+filepath.Join(dir, "nvidia-smi"), "FAKEGPU_NVML_DIR="+filepath.Join(dir, "nvml"),
 		"FAKEGPU_POD_RESOURCES_SOCKET="+filepath.Join(dir, "pod-resources.sock"))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
