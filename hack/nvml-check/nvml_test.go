@@ -248,7 +248,32 @@ func TestWhatIsNotThere(t *testing.T) {
 	if _, ret := dev.GetGpuInstanceId(); ret != nvml.ERROR_NOT_SUPPORTED {
 		t.Errorf("GPU instance ID of a whole GPU: %v, want ERROR_NOT_SUPPORTED", ret)
 	}
+}
 
+// Process lists answer, as real NVML's do on every data-center GPU, with no process: the
+// document knows pods, not process IDs (see nvml/src/ffi/processes.rs). go-nvml asks for the
+// count first, with no array, then fills one.
+func TestProcessListsAreEmptyNotUnsupported(t *testing.T) {
+	lib := session(t, "../../nvml/tests/documents/a100-mig.yml", "")
+	whole, _ := lib.DeviceGetHandleByIndex(0)
+	partitioned, _ := lib.DeviceGetHandleByIndex(1)
+	mig, ret := partitioned.GetMigDeviceHandleByIndex(0)
+	if ret != nvml.SUCCESS {
+		t.Fatalf("GPU 1's MIG device 0: %v", ret)
+	}
+	handles := map[string]nvml.Device{"GPU 0": whole, "GPU 1": partitioned, "GPU 1's MIG device 0": mig}
+	for name, handle := range handles {
+		for kind, list := range map[string]func() ([]nvml.ProcessInfo, nvml.Return){
+			"compute":  handle.GetComputeRunningProcesses,
+			"graphics": handle.GetGraphicsRunningProcesses,
+			"MPS":      handle.GetMPSComputeRunningProcesses,
+		} {
+			processes, ret := list()
+			if ret != nvml.SUCCESS || len(processes) != 0 {
+				t.Errorf("%s %s processes: %v, %v; want none, SUCCESS", name, kind, processes, ret)
+			}
+		}
+	}
 }
 
 // Without a document the library reads as a machine without a driver, and stays uninitialised.

@@ -8,6 +8,7 @@ mod export_table;
 mod mig;
 mod modes;
 mod not_supported;
+mod processes;
 mod sensors;
 
 use std::{

@@ -48,9 +48,6 @@ not_supported! {
     nvmlDeviceGetClkMonStatus
     nvmlDeviceGetClock
     nvmlDeviceGetClockOffsets
-    nvmlDeviceGetComputeRunningProcesses
-    nvmlDeviceGetComputeRunningProcesses_v2
-    nvmlDeviceGetComputeRunningProcesses_v3
     nvmlDeviceGetConfComputeGpuAttestationReport
     nvmlDeviceGetConfComputeGpuCertificate
     nvmlDeviceGetConfComputeMemSizeInfo
@@ -92,9 +89,6 @@ not_supported! {
     nvmlDeviceGetGpuInstancePossiblePlacements
     nvmlDeviceGetGpuMaxPcieLinkGeneration
     nvmlDeviceGetGpuOperationMode
-    nvmlDeviceGetGraphicsRunningProcesses
-    nvmlDeviceGetGraphicsRunningProcesses_v2
-    nvmlDeviceGetGraphicsRunningProcesses_v3
     nvmlDeviceGetGridLicensableFeatures
     nvmlDeviceGetGridLicensableFeatures_v2
     nvmlDeviceGetGridLicensableFeatures_v3
@@ -111,9 +105,6 @@ not_supported! {
     nvmlDeviceGetIrqNum
     nvmlDeviceGetJpgUtilization
     nvmlDeviceGetLastBBXFlushTime
-    nvmlDeviceGetMPSComputeRunningProcesses
-    nvmlDeviceGetMPSComputeRunningProcesses_v2
-    nvmlDeviceGetMPSComputeRunningProcesses_v3
     nvmlDeviceGetMarginTemperature
     nvmlDeviceGetMaxCustomerBoostClock
     nvmlDeviceGetMaxPcieLinkGeneration
