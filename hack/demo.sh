@@ -140,6 +140,25 @@ show get pods -n fakegpu-system -o wide
 show get node "$real_node" -o 'custom-columns=NODE:.metadata.name,POOL:.metadata.labels.fakegpu\.dev/pool,PRODUCT:.metadata.labels.nvidia\.com/gpu\.product,GPU:.status.allocatable.nvidia\.com/gpu'
 show exec -n demo real-gpu-pod -- nvidia-smi
 show exec -n demo real-gpu-pod -- nvidia-smi -L
+# NVML's own users in a GPU container: go-nvml (as pynvml and frameworks do) loads
+# libnvidia-ml.so.1 by name and sees the container's GPU (the node's other one).
+$kubectl apply -n demo -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: nvml-probe}
+spec:
+  runtimeClassName: nvidia
+  restartPolicy: Never
+  nodeSelector: {kubernetes.io/hostname: $real_node}
+  containers:
+  - name: main
+    image: fakegpu.local/nvml-probe:v1
+    imagePullPolicy: Never
+    command: [/nvml-probe]
+    resources: {limits: {nvidia.com/gpu: 1}}
+EOF
+$kubectl wait -n demo pod/nvml-probe --for=jsonpath='{.status.phase}'=Succeeded --timeout=90s >/dev/null
+show logs -n demo nvml-probe
 
 echo
 echo "Use the cluster:"
