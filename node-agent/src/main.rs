@@ -243,7 +243,10 @@ async fn run() -> anyhow::Result<()> {
             shutdown.clone(),
         ),
     );
-    let plugins = futures::future::join(plugins, containers_document).map(|(result, ())| result);
+    // A plugin's error ends the agent at once (its pod restarts); the document's follower ends
+    // with shutdown, after which the plugins still remove their sockets.
+    let plugins =
+        futures::future::try_join(plugins, containers_document.map(Ok::<(), anyhow::Error>));
     tokio::select! {
         result = plugins => result.map(drop),
         () = follow => anyhow::bail!("the topology watch ended"),
