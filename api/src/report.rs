@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    telemetry::{drawn_utilization, partitioned_utilization, total},
+    telemetry::{drawn_utilization, gpu_utilization, total},
     topology::{NodeTopology, PodGpuUsage},
 };
 
@@ -34,21 +34,12 @@ impl NodeReport {
     ) -> Self {
         let mut utilization = BTreeMap::new();
         for gpu in &document.gpus {
-            let of = |target: &str, status| total(status, |pod, usage| value(pod, target, usage));
-            let busy = if gpu.mig_devices.is_empty() {
-                of(&gpu.id, &gpu.status)
-            } else {
-                let instances: Vec<(u8, u64)> = gpu
-                    .mig_devices
-                    .iter()
-                    .map(|mig| {
-                        let busy = of(&mig.uuid, &mig.status);
-                        utilization.insert(mig.uuid.clone(), busy);
-                        (busy, mig.memory)
-                    })
-                    .collect();
-                partitioned_utilization(instances, document.gpu_memory)
-            };
+            let busy = gpu_utilization(gpu, document.gpu_memory, |target, status| {
+                let busy = total(status, |pod, usage| value(pod, target, usage));
+                utilization.insert(target.to_owned(), busy);
+                busy
+            });
+            // A partitioned GPU's own is its instances' together.
             utilization.insert(gpu.id.clone(), busy);
         }
         Self {

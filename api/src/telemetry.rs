@@ -7,7 +7,7 @@
 //! boosts and reaches 75 C and its limit. Errors (XID, remapped rows, PCIe replays) read zero
 //! while the GPU is healthy.
 
-use crate::topology::{GpuStatus, PodGpuUsage, UtilizationBounds};
+use crate::topology::{GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds};
 
 /// How busy a whole GPU is, and what bounds its readings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,6 +104,17 @@ impl Load {
 /// but not on every scrape.
 pub const DEFAULT_DRAW_INTERVAL_SECONDS: u64 = 10;
 
+/// The draw interval of a process that draws for itself (the NVML library, nvidia-smi):
+/// [`crate::names::exporter::DRAW_INTERVAL_ENV`] in seconds as the exporter reads it, else
+/// the default.
+pub fn draw_interval_from_env() -> std::time::Duration {
+    let seconds = std::env::var(crate::names::exporter::DRAW_INTERVAL_ENV)
+        .ok()
+        .and_then(|seconds| seconds.trim().parse().ok())
+        .unwrap_or(DEFAULT_DRAW_INTERVAL_SECONDS);
+    std::time::Duration::from_secs(seconds)
+}
+
 /// The draw period `now` falls in: the time since the Unix epoch in whole `interval`s. Every
 /// process on every machine (with its clock set) is in the same period at the same moment.
 pub fn draw_period(now: std::time::SystemTime, interval: std::time::Duration) -> u64 {
@@ -151,6 +162,25 @@ pub fn drawn_total(status: &GpuStatus, target: &str, period: u64) -> u8 {
     total(status, |pod, usage| {
         drawn_utilization(pod, target, usage.utilization, period)
     })
+}
+
+/// The utilization of `gpu` (whose memory is `memory` MiB), each GPU or MIG instance's from
+/// `of(target, status)` (`target`: its UUID): a whole GPU's own; a partitioned GPU's its
+/// instances' together (see [`partitioned_utilization`]), which its sensors follow.
+pub fn gpu_utilization(
+    gpu: &GpuTopology,
+    memory: u64,
+    mut of: impl FnMut(&str, &GpuStatus) -> u8,
+) -> u8 {
+    if gpu.mig_devices.is_empty() {
+        return of(&gpu.id, &gpu.status);
+    }
+    let instances: Vec<(u8, u64)> = gpu
+        .mig_devices
+        .iter()
+        .map(|mig| (of(&mig.uuid, &mig.status), mig.memory))
+        .collect();
+    partitioned_utilization(instances, memory)
 }
 
 /// The load of a partitioned GPU from its instances' utilization and framebuffer: each

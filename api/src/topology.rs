@@ -270,6 +270,20 @@ impl NodeTopology {
     pub fn to_yaml(&self) -> Result<String, TopologyError> {
         Ok(serde_yaml::to_string(self)?)
     }
+
+    /// Whether any pod of the node takes its utilization from Knative: only the exporter,
+    /// which asks Prometheus, knows that rate.
+    pub fn wants_knative(&self) -> bool {
+        self.gpus
+            .iter()
+            .flat_map(GpuTopology::statuses)
+            .any(|(_, status)| {
+                status
+                    .pod_gpu_usage_status
+                    .values()
+                    .any(|usage| usage.use_knative_utilization)
+            })
+    }
 }
 
 /// The UUID of the MIG instance at memory slice `start` of GPU `index` on `node`: `MIG-` +

@@ -116,9 +116,7 @@ async fn node_report(State(exporter): State<Arc<Exporter>>, Path(node): Path<Str
         let message = format!("node {node} has no GPU topology");
         return (StatusCode::NOT_FOUND, message).into_response();
     };
-    let rates = exporter
-        .rates(render::document_wants_knative(&document))
-        .await;
+    let rates = exporter.rates(document.wants_knative()).await;
     let by_uid = rates.map(|(by_uid, _)| by_uid).unwrap_or_default();
     let report = render::node_report(&node, &document, &exporter.draws, &by_uid, Instant::now());
     match serde_json::to_string(&report) {

@@ -227,20 +227,7 @@ pub fn samples(
 
 /// Whether any pod of `snapshot` takes its utilization from Knative.
 pub fn wants_knative(snapshot: &Snapshot) -> bool {
-    snapshot.values().any(|d| document_wants_knative(d))
-}
-
-/// Whether any pod of `document` takes its utilization from Knative.
-pub fn document_wants_knative(document: &NodeTopology) -> bool {
-    document
-        .gpus
-        .iter()
-        .flat_map(GpuTopology::statuses)
-        .any(|(_, s)| {
-            s.pod_gpu_usage_status
-                .values()
-                .any(|u| u.use_knative_utilization)
-        })
+    snapshot.values().any(|d| d.wants_knative())
 }
 
 /// What nvidia-smi is told about `node`: its document and the utilization its GPUs' series

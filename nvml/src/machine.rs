@@ -3,7 +3,7 @@
 
 use fakegpu_api::{
     profiles::profile_by_product,
-    telemetry::{Load, drawn_total, partitioned_utilization},
+    telemetry::{Load, drawn_total, gpu_utilization},
     topology::{GpuTopology, MigDevice, NodeTopology},
 };
 
@@ -208,16 +208,9 @@ fn device(
         xid: gpu.reported_xid(),
         xid_period: gpu.xid_period(),
         load: Load {
-            utilization: if gpu.mig_devices.is_empty() {
-                drawn_total(&gpu.status, &gpu.id, period)
-            } else {
-                partitioned_utilization(
-                    gpu.mig_devices
-                        .iter()
-                        .map(|m| (drawn_total(&m.status, &m.uuid, period), m.memory)),
-                    document.gpu_memory,
-                )
-            },
+            utilization: gpu_utilization(gpu, document.gpu_memory, |target, status| {
+                drawn_total(status, target, period)
+            }),
             power_limit: (document.power_limit_watts > 0).then_some(document.power_limit_watts),
             thermal_throttling: gpu.faults.thermal_throttling,
         },

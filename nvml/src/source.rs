@@ -10,11 +10,8 @@ use std::{
 };
 
 use fakegpu_api::{
-    names::{
-        exporter::DRAW_INTERVAL_ENV,
-        nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
-    },
-    telemetry::{DEFAULT_DRAW_INTERVAL_SECONDS, draw_period},
+    names::nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
+    telemetry::{draw_interval_from_env, draw_period},
     topology::{NodeTopology, TopologyError},
 };
 
@@ -57,14 +54,10 @@ impl Source {
                 .into_owned(),
         };
         let visible = Visible::parse(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
-        let draw_interval = std::env::var(DRAW_INTERVAL_ENV)
-            .ok()
-            .and_then(|seconds| seconds.trim().parse().ok())
-            .unwrap_or(DEFAULT_DRAW_INTERVAL_SECONDS);
         Ok(Self {
             path,
             visible,
-            draw_interval: Duration::from_secs(draw_interval),
+            draw_interval: draw_interval_from_env(),
         })
     }
 
@@ -113,7 +106,7 @@ struct Stamp {
 }
 
 /// The last document read and its file's stamp: readings are taken from the document anew at
-/// each call (see `ffi::now`), and nvidia-smi asks for a dozen per GPU.
+/// each call (see `ffi::current`), and nvidia-smi asks for a dozen per GPU.
 static LAST: Mutex<Option<(Stamp, Arc<NodeTopology>)>> = Mutex::new(None);
 
 fn read_document(path: &str) -> Result<Arc<NodeTopology>, LoadError> {

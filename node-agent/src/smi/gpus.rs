@@ -3,7 +3,7 @@
 
 use fakegpu_api::{
     faults::GpuFaults,
-    names::{container_env, exporter, nvml::TOPOLOGY_ENV},
+    names::{container_env, nvml::TOPOLOGY_ENV},
     profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
     report::NodeReport,
     telemetry::{self, Load},
@@ -59,11 +59,7 @@ impl Environment {
             document: var(TOPOLOGY_ENV).filter(|path| !path.is_empty()),
             draw_period: telemetry::draw_period(
                 std::time::SystemTime::now(),
-                std::time::Duration::from_secs(
-                    var(exporter::DRAW_INTERVAL_ENV)
-                        .and_then(|s| s.trim().parse().ok())
-                        .unwrap_or(telemetry::DEFAULT_DRAW_INTERVAL_SECONDS),
-                ),
+                telemetry::draw_interval_from_env(),
             ),
         }
     }

@@ -51,21 +51,8 @@ fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result
             let node = env.node.as_deref().unwrap_or_default();
             NodeReport::drawn(node, &document, env.draw_period)
         });
-    let knative = |report: &NodeReport| {
-        report
-            .topology
-            .gpus
-            .iter()
-            .flat_map(|gpu| gpu.statuses())
-            .any(|(_, status)| {
-                status
-                    .pod_gpu_usage_status
-                    .values()
-                    .any(|usage| usage.use_knative_utilization)
-            })
-    };
     let local = match local {
-        Some(report) if !knative(&report) => return Ok(report),
+        Some(report) if !report.topology.wants_knative() => return Ok(report),
         other => other,
     };
     let node = env.node.as_deref().filter(|n| !n.is_empty());
@@ -90,15 +77,15 @@ fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result
         };
         return Err(exit::DRIVER_NOT_LOADED);
     };
-    match node_report(url, node) {
-        Ok(report) => Ok(report),
+    match (node_report(url, node), local) {
+        (Ok(report), _) => Ok(report),
         // The exporter was asked for Knative rates only: without it, the document's draws.
-        Err(FetchError::Unreachable { .. }) if local.is_some() => local.ok_or(exit::UNKNOWN),
-        Err(FetchError::NoNode) => {
+        (Err(FetchError::Unreachable { .. }), Some(local)) => Ok(local),
+        (Err(FetchError::NoNode), _) => {
             let _ = writeln!(out, "No devices were found");
             Err(exit::NOT_FOUND)
         }
-        Err(error @ FetchError::Unreachable { .. }) => {
+        (Err(error @ FetchError::Unreachable { .. }), None) => {
             let _ = writeln!(
                 err,
                 "NVIDIA-SMI has failed because it couldn't communicate with the fakegpu \
@@ -106,7 +93,7 @@ fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result
             );
             Err(exit::DRIVER_NOT_LOADED)
         }
-        Err(error) => {
+        (Err(error), _) => {
             let _ = writeln!(err, "Failed to parse devices data: {error}");
             Err(exit::UNKNOWN)
         }

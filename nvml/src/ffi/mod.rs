@@ -160,38 +160,32 @@ impl Handle {
         }
     }
 
-    /// Framebuffer used now (see [`now`]); as of `nvmlInit` when the document cannot be read.
+    /// Framebuffer used now (see [`current`]); as of `nvmlInit` when the document cannot be read.
     fn memory_used_bytes(&self) -> u64 {
-        let current = now();
-        let device = |uuid: &str| {
-            current
-                .as_ref()
-                .and_then(|machine| machine.devices.iter().find(|d| d.uuid == uuid))
-        };
         match self {
-            Self::Gpu(d) => device(&d.uuid).map_or(d.memory_used_bytes, |n| n.memory_used_bytes),
-            Self::Mig(d, i) => device(&d.uuid)
-                .and_then(|n| n.mig_devices.iter().find(|m| m.uuid == i.uuid))
+            Self::Gpu(d) => current(d).map_or(d.memory_used_bytes, |n| n.memory_used_bytes),
+            Self::Mig(d, i) => current(d)
+                .and_then(|n| n.mig_devices.into_iter().find(|m| m.uuid == i.uuid))
                 .map_or(i.memory_used_bytes, |m| m.memory_used_bytes),
         }
     }
 }
 
-/// The machine as the document has it now. A process keeps its handles from `nvmlInit` on
+/// GPU `device` as the document has it now. A process keeps its handles from `nvmlInit` on
 /// while the pods on its GPUs come and go and their utilization draws move with time, so the
 /// readings that follow them (sensors, utilization, memory used) are taken from this, read
-/// anew; `None` when the document cannot be read now (callers then answer as of `nvmlInit`).
-fn now() -> Option<Machine> {
+/// anew; `None` when the document cannot be read now or no longer has the GPU (callers then
+/// answer as of `nvmlInit`).
+fn current(device: &Device) -> Option<Device> {
     let (_, source) = loaded().ok()?;
-    source.load().ok()
+    let machine = source.load().ok()?;
+    machine.devices.into_iter().find(|d| d.uuid == device.uuid)
 }
 
-/// The whole GPU behind `handle` as the document has it now (see [`now`]).
+/// The whole GPU behind `handle` as the document has it now (see [`current`]).
 fn gpu_now(handle: DeviceHandle) -> Result<Device, Return> {
     let device = gpu(handle)?;
-    Ok(now()
-        .and_then(|machine| machine.devices.into_iter().find(|d| d.uuid == device.uuid))
-        .unwrap_or_else(|| device.clone()))
+    Ok(current(device).unwrap_or_else(|| device.clone()))
 }
 
 /// A whole GPU's handle; queries that only whole GPUs answer refuse MIG handles.
