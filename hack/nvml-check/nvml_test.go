@@ -109,6 +109,17 @@ func cString(chars []int8) string {
 	return b.String()
 }
 
+// h100 is the text of nvml/tests/documents/h100.yml, which the tests that rewrite a document
+// (pods, faults) start from.
+func h100(t *testing.T) string {
+	t.Helper()
+	text, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(text)
+}
+
 func documents(t *testing.T) []string {
 	t.Helper()
 	paths, err := filepath.Glob("../../nvml/tests/documents/*.yml")
@@ -291,10 +302,7 @@ func TestNoDocumentIsNoDriver(t *testing.T) {
 // document's original text, the copy's path, the library and the set.
 func eventSession(t *testing.T) ([]byte, string, nvml.Interface, nvml.EventSet) {
 	t.Helper()
-	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	original := []byte(h100(t))
 	path := filepath.Join(t.TempDir(), "topology.yml")
 	if err := os.WriteFile(path, original, 0o644); err != nil {
 		t.Fatal(err)
@@ -353,10 +361,7 @@ func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
 // nvidia-smi show): GPU 0 runs a pod at 40 % holding 30000 MiB and has injected ECC errors,
 // GPU 1 is idle and thermally throttled. The expected values are the model's for a 700 W H100.
 func TestSensorsFollowTheModel(t *testing.T) {
-	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	original := h100(t)
 	busy := `  index: 0
   faults:
     eccCorrectable: 5
@@ -366,7 +371,7 @@ func TestSensorsFollowTheModel(t *testing.T) {
     podGpuUsageStatus:
       uid-1: {utilization: {min: 40, max: 40}, fbUsed: 30000, useKnativeUtilization: false}
 `
-	text := strings.Replace(string(original), "  index: 0\n", busy, 1)
+	text := strings.Replace(original, "  index: 0\n", busy, 1)
 	text = strings.Replace(text, "  index: 1\n", "  index: 1\n  faults: {thermalThrottling: true}\n", 1)
 	path := filepath.Join(t.TempDir(), "topology.yml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -413,16 +418,13 @@ func TestSensorsFollowTheModel(t *testing.T) {
 // move: readings follow the document as it is at each call, drawn as the exporter draws them
 // (a new value each FAKEGPU_UTILIZATION_INTERVAL_SECONDS, here 1 s), without a new Init.
 func TestReadingsFollowTheDocumentAndTheDraws(t *testing.T) {
-	original, err := os.ReadFile("../../nvml/tests/documents/h100.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	original := h100(t)
 	busy := `  index: 0
   status:
     podGpuUsageStatus:
       uid-1: {utilization: {min: 0, max: 100}, fbUsed: 1000, useKnativeUtilization: false}
 `
-	text := strings.Replace(string(original), "  index: 0\n", busy, 1)
+	text := strings.Replace(original, "  index: 0\n", busy, 1)
 	path := filepath.Join(t.TempDir(), "topology.yml")
 	write := func(text string) {
 		t.Helper()
