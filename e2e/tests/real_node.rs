@@ -264,7 +264,7 @@ fn nvml_sees_one_gpu(
     view: &NvmlView,
     document: &NodeTopology,
     uuids: &[String],
-) -> anyhow::Result<String> {
+) -> anyhow::Result<()> {
     ensure!(
         view.driver == document.driver_version,
         "NVML's driver {} in the container, the document's {}",
@@ -284,7 +284,7 @@ fn nvml_sees_one_gpu(
         "NVML's memory of {gpu:?}, the document's {} MiB",
         document.gpu_memory
     );
-    Ok(gpu.uuid.clone())
+    Ok(())
 }
 
 /// Creates ResourceClaimTemplate `name` whose claims ask for `devices` (`spec.devices`).
