@@ -258,8 +258,8 @@ async fn nvml_in_pod(
     serde_json::from_str(output.trim()).with_context(|| format!("the probe printed {output}"))
 }
 
-/// The one whole GPU NVML shows a container given one of `uuids`, checked against `document`:
-/// its UUID, name, memory and the driver's version.
+/// That NVML shows a container given one GPU exactly one whole GPU, one of `uuids`, as
+/// `document` has it: its UUID, name, memory and the driver's version.
 fn nvml_sees_one_gpu(
     view: &NvmlView,
     document: &NodeTopology,
