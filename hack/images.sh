@@ -4,7 +4,8 @@
 # the images, so that loading an archive is all a cluster needs.
 #
 #   hack/images.sh             build the binaries (release, x86_64-unknown-linux-musl; the NVML
-#                              library for glibc, as NVIDIA's components load it) and the archives
+#                              library for glibc 2.17 and later, as containers and NVIDIA's
+#                              components load it) and the archives
 #   hack/images.sh archives    only (re)write the archives from binaries already built
 #   hack/images.sh refs        print the image references the bundle names
 #   hack/images.sh push REGISTRY   copy the archives to REGISTRY with skopeo, as
@@ -16,17 +17,21 @@
 #   kind load image-archive target/images/fakegpu-operator.tar
 #   hack/images.sh push registry.example.com
 #
-# Needs: rustup's x86_64-unknown-linux-musl target and Debian's musl-tools (ring's C code is
-# compiled with musl-gcc). The archives are reproducible: the same binaries give the same digests.
+# Needs: rustup's x86_64-unknown-linux-musl target, Debian's musl-tools (ring's C code is
+# compiled with musl-gcc), and Python for cargo-zigbuild and zig from PyPI (the library's
+# linker: hack/lib/zigbuild.sh). The archives are reproducible: the same binaries give the same digests.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib/oci.sh
 source "$repo/hack/lib/oci.sh"
+# shellcheck source=hack/lib/zigbuild.sh
+source "$repo/hack/lib/zigbuild.sh"
 
 target=x86_64-unknown-linux-musl
 bins=$repo/target/$target/release
-# The NVML library is loaded into NVIDIA's glibc binaries (device plugin, GFD, DRA driver), so it
-# is built for glibc; the node agent's image carries it for the driver roots it lays out.
+# The NVML library is loaded into glibc processes (NVIDIA's device plugin, GFD and DRA driver, and
+# any GPU container's), so it is built for glibc, the oldest still met (hack/lib/zigbuild.sh);
+# the node agent's image carries it for the driver roots and containers it serves.
 nvml_target=x86_64-unknown-linux-gnu
 nvml_library=$repo/target/$nvml_target/release/libnvidia_ml.so
 out=${FAKEGPU_IMAGES_DIR:-$repo/target/images}
@@ -54,9 +59,14 @@ build() {
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
     cargo build --locked --release --target "$target" \
     -p fakegpu-operator -p fakegpu-exporter -p fakegpu-node-agent >&2
+  local zig needed
+  zig=$(zigbuild_env "$repo")
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
-    cargo build --locked --release --target "$nvml_target" -p fakegpu-nvml >&2
-  log "built in $((SECONDS - start))s"
+    PATH=$zig/bin:$PATH cargo zigbuild --locked --release --target "$nvml_zig_target" -p fakegpu-nvml >&2
+  needed=$(glibc_needed "$nvml_library")
+  [[ $(printf '%s\n' "$needed" "GLIBC_$nvml_glibc" | sort -V | tail -n1) == "GLIBC_$nvml_glibc" ]] ||
+    die "$nvml_library asks for $needed, newer than the glibc $nvml_glibc it is built for"
+  log "built in $((SECONDS - start))s; the NVML library loads with glibc $nvml_glibc and later"
 }
 
 # The files of one image: its binary, and for the node agent the nvidia-smi it installs on the

@@ -60,7 +60,8 @@ busybox_ref=fakegpu.local/busybox:v1
 # Prometheus for in-cluster scrapes of the exporter: Debian's binary and the libc it links.
 prometheus_ref=fakegpu.local/prometheus:v1
 # NVML as a GPU container's programs see it: go-nvml's view printed as JSON
-# (hack/nvml-check/cmd/nvml-probe), with the libc it links.
+# (hack/nvml-check/cmd/nvml-probe), built against an older glibc than this machine's and
+# carrying it (Debian 11's, as Ubuntu 20.04's CUDA images do).
 nvml_probe_ref=fakegpu.local/nvml-probe:v1
 state=$dir/node
 proc_run_dir=$state
@@ -121,8 +122,8 @@ build() {
     echo "$forward_stamp" >"$bin/forward.stamp"
   fi
   local probe_stamp
-  probe_stamp=$(cat "$repo"/hack/nvml-check/go.{mod,sum} "$repo"/hack/nvml-check/cmd/nvml-probe/*.go |
-    sha256sum | cut -c1-16)
+  probe_stamp=$(cat "$repo"/hack/nvml-check/go.{mod,sum} "$repo"/hack/nvml-check/cmd/nvml-probe/*.go \
+    "$repo"/hack/glibc-root.sh | sha256sum | cut -c1-16)
   if [[ ! -f $bin/nvml-probe.tar || $(cat "$bin/nvml-probe.stamp" 2>/dev/null) != "$probe_stamp" ]]; then
     log "building the NVML probe image (hack/nvml-check/cmd/nvml-probe)"
     local_image nvml-probe "$nvml_probe_ref" 0:0 fill_nvml_probe /nvml-probe
@@ -179,16 +180,23 @@ fill_prometheus() {
   chmod 0777 "$1/prometheus"
 }
 
+# The oldest glibc image the shipped NVML library is checked in: go-nvml dlopens the library
+# (cgo, so glibc), built against Debian 11's glibc 2.31 (hack/glibc-root.sh as gcc's sysroot)
+# and given that glibc's runtime and nothing else: no libgcc_s, which distribution images have
+# but the library must not need.
 fill_nvml_probe() {
-  # go-nvml dlopens the library: cgo, and so glibc.
-  CGO_ENABLED=1 go build -C "$repo/hack/nvml-check" -trimpath -ldflags='-s -w' -o "$1/nvml-probe" ./cmd/nvml-probe
-  copy_libraries "$1/nvml-probe" "$1"
-  # fakegpu's library links libgcc_s, which every glibc distribution image has (Debian's
-  # libgcc-s1 is Priority: required); this image is no distribution, so it gets it here.
-  local libgcc
-  libgcc=$(ldconfig -p | grep -m1 -oE '/[^ ]*/libgcc_s\.so\.1$')
-  mkdir -p "$1$(dirname "$libgcc")"
-  cp -L "$libgcc" "$1$libgcc"
+  local glibc libs lib
+  glibc=$("$repo/hack/glibc-root.sh")
+  libs=$glibc/lib/x86_64-linux-gnu
+  CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations \
+    CC="gcc --sysroot=$glibc -B$glibc/usr/lib/x86_64-linux-gnu -L$glibc/usr/lib/x86_64-linux-gnu -L$libs" \
+    go build -C "$repo/hack/nvml-check" -trimpath -ldflags='-s -w' -o "$1/nvml-probe" ./cmd/nvml-probe
+  mkdir -p "$1/lib/x86_64-linux-gnu" "$1/lib64"
+  # The probe's libraries and the library's (libc, libpthread, libdl), and the loader.
+  for lib in libc.so.6 libpthread.so.0 libdl.so.2 ld-linux-x86-64.so.2; do
+    cp -L "$libs/$lib" "$1/lib/x86_64-linux-gnu/$lib"
+  done
+  ln -s ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$1/lib64/ld-linux-x86-64.so.2"
   chmod -R u=rwX,go=rX "$1"
 }
 

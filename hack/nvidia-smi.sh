@@ -9,7 +9,8 @@
 # FAKEGPU_DEBIAN_MIRROR overrides the mirror (default http://deb.debian.org/debian).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-mirror=${FAKEGPU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=hack/lib/debian.sh
+source "$repo/hack/lib/debian.sh"
 out=$repo/target/hack-bin/nvidia-smi
 
 log() { printf '[nvidia-smi] %s\n' "$*" >&2; }
@@ -20,22 +21,9 @@ for pair in bookworm:535.261.03 trixie:550.163.01; do
   [[ -x $out/$version/nvidia-smi ]] && continue
   log "fetching nvidia-smi $version from $suite non-free"
   scratch=$(mktemp -d)
-  # The package index names the .deb; the version pins the one the test expects.
-  curl -fsSL --retry 3 --retry-delay 2 "$mirror/dists/$suite/non-free/binary-amd64/Packages.xz" | xz -d >"$scratch/Packages"
-  file=$(awk -v want="$version" '
-    /^Package: /  { pkg = $2 }
-    /^Version: /  { ver = $2 }
-    /^Filename: / { if (pkg == "nvidia-smi" && index(ver, want) == 1) print $2 }
-  ' "$scratch/Packages" | head -n1)
-  if [[ -z $file ]]; then
-    log "error: $suite non-free has no nvidia-smi $version"
-    rm -rf "$scratch"
-    exit 1
-  fi
-  curl -fsSL --retry 3 --retry-delay 2 "$mirror/$file" -o "$scratch/nvidia-smi.deb"
-  dpkg-deb -x "$scratch/nvidia-smi.deb" "$scratch/root"
+  debian_unpack "$suite" non-free nvidia-smi "$version" "$scratch" || { rm -rf "$scratch"; exit 1; }
   mkdir -p "$out/$version"
-  install -m 0755 "$scratch/root/usr/lib/nvidia/current/nvidia-smi" "$out/$version/nvidia-smi"
+  install -m 0755 "$scratch/usr/lib/nvidia/current/nvidia-smi" "$out/$version/nvidia-smi"
   rm -rf "$scratch"
 done
 echo "$out"

@@ -33,7 +33,8 @@ FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so CGO_CFLAGS=-Wno-deprecat
 
 step "NVIDIA's own nvidia-smi (535, 550) against the library prints what fakegpu's prints"
 FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so \
-  cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored
+  cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored --exact \
+  nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints
 
 step "local control plane for e2e"
 export FAKEGPU_CLUSTER_DIR=$repo/.cache/cluster-test
@@ -76,6 +77,13 @@ for archive in target/images/*.tar; do
 done
 rm -rf "$again"
 echo "same binaries, same archives: $(cd target/images && ls ./*.tar | tr '\n' ' ')"
+# The library the node agent's image ships is loaded by GPU containers with their images' glibc:
+# NVIDIA's nvidia-smi through it, under Debian 11's glibc 2.31 (Ubuntu 20.04's), prints what
+# fakegpu's prints.
+FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_GLIBC_ROOT=$(hack/glibc-root.sh) \
+  FAKEGPU_NVML_LIBRARY=$repo/target/x86_64-unknown-linux-gnu/release/libnvidia_ml.so \
+  cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored --exact \
+  under_an_older_glibc_nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints
 # Another reader of the format than containerd (which the real node imports with): skopeo, as
 # a user pushing to a registry runs it, must see each archive as the bundle names it.
 if command -v skopeo >/dev/null; then

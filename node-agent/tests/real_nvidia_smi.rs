@@ -4,7 +4,8 @@
 //! load readings of busy ones (utilization drawn alike by the library and the exporter), with each
 //! real binary `hack/nvidia-smi.sh` fetched (NVIDIA's, from Debian's non-free archive, never
 //! committed). hack/test.sh runs it with FAKEGPU_REAL_NVIDIA_SMI naming the fetched binaries'
-//! folder and FAKEGPU_NVML_LIBRARY the built library.
+//! folder and FAKEGPU_NVML_LIBRARY the built library; and again, once the images are built,
+//! with the library they ship under an older distribution's glibc (FAKEGPU_GLIBC_ROOT).
 
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
@@ -65,29 +66,49 @@ fn idle(mut report: NodeReport, driver_version: &str) -> NodeReport {
     report
 }
 
-fn real(
-    binary: &PathBuf,
-    library: &PathBuf,
-    document: &PathBuf,
-    args: &str,
-) -> anyhow::Result<String> {
-    let output = Command::new(binary)
-        .args(args.split_whitespace())
-        .env("LD_LIBRARY_PATH", library)
-        .env(
-            exporter::DRAW_INTERVAL_ENV,
-            DRAW_INTERVAL.as_secs().to_string(),
-        )
-        .env("FAKEGPU_NVML_TOPOLOGY", document)
-        .output()?;
-    ensure!(
-        output.status.success(),
-        "{} {args}: {}{}",
-        binary.display(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8(output.stdout)?)
+/// How NVIDIA's binary is started: with fakegpu's library first on its loader's path, under
+/// this machine's glibc or under another distribution's (`glibc`: a folder holding
+/// `lib/x86_64-linux-gnu/`, from hack/glibc-root.sh), whose loader then runs it.
+struct Launch {
+    library: PathBuf,
+    glibc: Option<PathBuf>,
+}
+
+impl Launch {
+    fn run(&self, binary: &PathBuf, document: &PathBuf, args: &str) -> anyhow::Result<String> {
+        let mut command = match &self.glibc {
+            None => {
+                let mut command = Command::new(binary);
+                command.env("LD_LIBRARY_PATH", &self.library);
+                command
+            }
+            Some(root) => {
+                let libraries = root.join("lib/x86_64-linux-gnu");
+                let mut command = Command::new(libraries.join("ld-linux-x86-64.so.2"));
+                command
+                    .arg("--library-path")
+                    .arg(std::env::join_paths([&self.library, &libraries])?)
+                    .arg(binary);
+                command
+            }
+        };
+        let output = command
+            .args(args.split_whitespace())
+            .env(
+                exporter::DRAW_INTERVAL_ENV,
+                DRAW_INTERVAL.as_secs().to_string(),
+            )
+            .env("FAKEGPU_NVML_TOPOLOGY", document)
+            .output()?;
+        ensure!(
+            output.status.success(),
+            "{} {args}: {}{}",
+            binary.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(String::from_utf8(output.stdout)?)
+    }
 }
 
 /// An A100 80GB node whose GPU 1 is partitioned and whose power limit is unknown: the GPU
@@ -155,9 +176,46 @@ fn without_date(text: &str) -> String {
 #[test]
 #[ignore = "needs NVIDIA's nvidia-smi (hack/nvidia-smi.sh) and the built library: hack/test.sh runs it"]
 fn nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints() -> anyhow::Result<()> {
-    let scratch = std::env::temp_dir().join(format!("fakegpu-real-smi-{}", std::process::id()));
+    in_scratch("this-glibc", |scratch| {
+        compare(
+            scratch,
+            &Launch {
+                library: library_folder(scratch)?,
+                glibc: None,
+            },
+        )
+    })
+}
+
+/// A GPU container loads the library with its image's glibc: Ubuntu 20.04's CUDA images have
+/// 2.31, older than this machine's. The same comparison, through the loader and libraries of
+/// the glibc FAKEGPU_GLIBC_ROOT names (hack/glibc-root.sh: Debian 11's 2.31), with the library
+/// the images ship (FAKEGPU_NVML_LIBRARY; hack/images.sh builds it for glibc 2.17).
+#[test]
+#[ignore = "needs an older glibc (hack/glibc-root.sh), NVIDIA's nvidia-smi and the shipped library: hack/test.sh runs it"]
+fn under_an_older_glibc_nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints() -> anyhow::Result<()> {
+    let glibc = std::env::var_os("FAKEGPU_GLIBC_ROOT")
+        .context("FAKEGPU_GLIBC_ROOT must name hack/glibc-root.sh's folder")?;
+    in_scratch("older-glibc", |scratch| {
+        compare(
+            scratch,
+            &Launch {
+                library: library_folder(scratch)?,
+                glibc: Some(glibc.into()),
+            },
+        )
+    })
+}
+
+/// Runs `test` with a scratch folder of its own, removed afterwards whatever it returned.
+fn in_scratch(
+    name: &str,
+    test: impl FnOnce(&std::path::Path) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let scratch =
+        std::env::temp_dir().join(format!("fakegpu-real-smi-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let result = compare(&scratch);
+    let result = test(&scratch);
     std::fs::remove_dir_all(&scratch)?;
     result
 }
@@ -183,17 +241,16 @@ impl Node {
     fn outputs(
         &self,
         binary: &PathBuf,
-        library: &PathBuf,
+        launch: &Launch,
         args: &str,
     ) -> anyhow::Result<(String, String)> {
         let (code, ours, err) = smi(args, &environment(&self.url));
         ensure!(code == 0, "fakegpu's nvidia-smi {args}: {err}");
-        Ok((ours, real(binary, library, &self.document, args)?))
+        Ok((ours, launch.run(binary, &self.document, args)?))
     }
 }
 
-fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
-    let library = library_folder(scratch)?;
+fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
     let mut differences = Vec::new();
     let mut differ = |what: String, ours: String, theirs: String| {
         if ours != theirs {
@@ -207,7 +264,7 @@ fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
             let name = format!("{}-{version}", profile.name);
             let node = Node::new(scratch, &name, &idle(report(profile), &version))?;
             for args in ["", "-L", QUERY, APPS] {
-                let (ours, theirs) = node.outputs(&binary, &library, args)?;
+                let (ours, theirs) = node.outputs(&binary, launch, args)?;
                 let (ours, theirs) = if args.is_empty() {
                     (without_date(&ours), without_date(&theirs))
                 } else {
@@ -225,7 +282,7 @@ fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
                 let period = period_now();
                 let name = format!("busy-{}-{version}-{attempt}", profile.name);
                 let node = Node::new(scratch, &name, &busy(profile, &version, period))?;
-                let (ours, theirs) = node.outputs(&binary, &library, LOAD_QUERY)?;
+                let (ours, theirs) = node.outputs(&binary, launch, LOAD_QUERY)?;
                 if period_now() == period || attempt == 2 {
                     let what = format!(
                         "busy {} on {version}, nvidia-smi {LOAD_QUERY}",
@@ -238,7 +295,7 @@ fn compare(scratch: &std::path::Path) -> anyhow::Result<()> {
         }
         let name = format!("partitioned-{version}");
         let node = Node::new(scratch, &name, &partitioned(&version)?)?;
-        let (ours, theirs) = node.outputs(&binary, &library, "")?;
+        let (ours, theirs) = node.outputs(&binary, launch, "")?;
         let what = format!("partitioned a100-80gb on {version}");
         differ(what, gpu_table(&ours), gpu_table(&theirs));
     }
