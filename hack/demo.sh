@@ -141,7 +141,8 @@ show get node "$real_node" -o 'custom-columns=NODE:.metadata.name,POOL:.metadata
 show exec -n demo real-gpu-pod -- nvidia-smi
 show exec -n demo real-gpu-pod -- nvidia-smi -L
 # NVML's own users in a GPU container: go-nvml (as pynvml and frameworks do) loads
-# libnvidia-ml.so.1 by name and sees the container's GPU (the node's other one).
+# libnvidia-ml.so.1 by name and sees the container's GPU (the node's other one); the probe's
+# image carries Debian 11's glibc 2.31, as Ubuntu 20.04-based CUDA images do.
 $kubectl apply -n demo -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
