@@ -9,7 +9,7 @@ use fakegpu_api::{
     pool::{Backend, PoolNodeStatus, resolve::resolve_pool},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::ResourceExt;
+use kube::{ResourceExt, core::SelectorExt};
 
 use crate::node::CachedNode;
 use crate::{
@@ -102,41 +102,37 @@ pub fn desired_status(
     labelled.sort_by_key(|n| n.name_any());
     let mut wanted = 0usize;
     let mut contested = Vec::new();
+    // Nodes the pool wants that fakegpu could not write: why the pool does not get ready.
+    let mut failing: Vec<(String, &String)> = Vec::new();
+    let selectors = membership::Selectors::new(pools);
+    let own = selectors.of(&name);
     for node in nodes {
-        let selecting = membership::selecting(pools, node.labels());
-        if selecting.iter().any(|p| p.name_any() == name) {
-            if selecting.first().is_some_and(|p| p.name_any() == name) {
-                wanted += 1;
+        // Most nodes are other pools': the pool's own selector says so before all are asked.
+        if !own.is_some_and(|selector| selector.matches(node.labels())) {
+            continue;
+        }
+        let selecting = selectors.selecting(node.labels());
+        if selecting.first().is_some_and(|p| p.name_any() == name) {
+            wanted += 1;
+            if let Some(error) = problems.failures.get(&node.name_any()) {
+                failing.push((node.name_any(), error));
             }
-            if selecting.len() > 1 {
-                let others: Vec<String> = selecting
-                    .iter()
-                    .map(|p| p.name_any())
-                    .filter(|p| *p != name)
-                    .collect();
-                contested.push(format!(
-                    "{} (also {}; {} owns it)",
-                    node.name_any(),
-                    others.join(", "),
-                    selecting[0].name_any()
-                ));
-            }
+        }
+        if selecting.len() > 1 {
+            let others: Vec<String> = selecting
+                .iter()
+                .map(|p| p.name_any())
+                .filter(|p| *p != name)
+                .collect();
+            contested.push(format!(
+                "{} (also {}; {} owns it)",
+                node.name_any(),
+                others.join(", "),
+                selecting[0].name_any()
+            ));
         }
     }
     let in_place = labelled.len() == wanted;
-    // Nodes the pool wants that fakegpu could not write: why the pool does not get ready.
-    let failing: Vec<(String, &String)> = nodes
-        .iter()
-        .filter(|node| {
-            membership::selecting(pools, node.labels())
-                .first()
-                .is_some_and(|p| p.name_any() == name)
-        })
-        .filter_map(|node| {
-            let node = node.name_any();
-            problems.failures.get(&node).map(|error| (node, error))
-        })
-        .collect();
 
     let ready = match (&resolved, membership::selector(pool)) {
         (Err(error), _) => condition(READY, false, error.reason(), error.to_string()),
