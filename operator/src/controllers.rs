@@ -53,6 +53,10 @@ const NODE_CONCURRENCY: u16 = 64;
 /// At most one status write per pool per interval (see [`crate::pacer`]).
 const POOL_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// At most one write per pool per interval of a status that only counts joining nodes (see
+/// [`crate::pool::status::only_progress`]): what `kubectl get gnp -w` shows while a pool fills.
+const POOL_PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the operator does beyond the core: APIs it serves only where the cluster has them, and
 /// whose GPU reservation pods it answers.
 #[derive(Clone, Debug)]
@@ -215,6 +219,7 @@ pub async fn run(
         },
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
+        pool_progress_pacer: Pacer::new(POOL_PROGRESS_INTERVAL),
         node_problems: Default::default(),
         recent,
         reservations: features.reservations,

@@ -78,6 +78,8 @@ pub struct Context {
     pub metrics: metrics::Metrics,
     /// Paces pool status writes (see [`pacer`]).
     pub pool_status_pacer: pacer::Pacer,
+    /// Paces the writes of pool statuses that only count joining nodes.
+    pub pool_progress_pacer: pacer::Pacer,
     /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
     /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
     /// the nodes whose GPUs pods overbook.

@@ -66,6 +66,33 @@ pub fn is_ready(status: &GpuNodePoolStatus) -> bool {
         .any(|c| c.type_ == READY && c.status == "True")
 }
 
+/// Whether the status says the pool is on its way to Ready (nodes still joining or leaving).
+pub fn is_progressing(status: &GpuNodePoolStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.status == "False" && c.reason == PROGRESSING)
+}
+
+/// Whether `desired` tells no more than how far a progressing pool has come: both statuses
+/// Progressing for the same generation, every condition with the same status and reason, only
+/// messages and counts moved. Such a write can wait; any other cannot.
+pub fn only_progress(current: Option<&GpuNodePoolStatus>, desired: &GpuNodePoolStatus) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    let before = conditions_by_type(Some(current));
+    is_progressing(current)
+        && is_progressing(desired)
+        && current.observed_generation == desired.observed_generation
+        && current.conditions.len() == desired.conditions.len()
+        && desired.conditions.iter().all(|c| {
+            before
+                .get(&c.type_)
+                .is_some_and(|old| old.status == c.status && old.reason == c.reason)
+        })
+}
+
 /// Whether a condition reports a problem (worth a Warning Event when it appears).
 pub fn is_problem(condition: &Condition) -> bool {
     match condition.type_.as_str() {
@@ -380,6 +407,70 @@ mod tests {
             ("False", "Progressing")
         );
         assert_eq!(ready.message, "0 of 1 nodes carry the pool's GPUs");
+    }
+
+    #[test]
+    fn only_counts_moving_while_nodes_join_is_progress() {
+        let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
+        let member = |name: &str, labelled: bool| {
+            let mut labels = json!({"run.ai/simulated-gpu-node-pool": "a"});
+            if labelled {
+                labels["fakegpu.dev/pool"] = json!("a");
+            }
+            node(name, labels)
+        };
+        let status = |pool: &Arc<GpuNodePool>, nodes: &[Arc<CachedNode>]| {
+            let pools = [Arc::clone(pool)];
+            desired_status(
+                pool,
+                &pools,
+                nodes,
+                &[],
+                &NodeProblems::default(),
+                none,
+                &time(100),
+            )
+        };
+        let one = status(
+            &a,
+            &[member("n1", true), member("n2", false), member("n3", false)],
+        );
+        assert!(is_progressing(&one));
+        assert!(
+            !only_progress(None, &one),
+            "a first status is written at once"
+        );
+        let two = status(
+            &a,
+            &[member("n1", true), member("n2", true), member("n3", false)],
+        );
+        assert_ne!(one, two);
+        assert!(only_progress(Some(&one), &two));
+        let all = status(
+            &a,
+            &[member("n1", true), member("n2", true), member("n3", true)],
+        );
+        assert!(!is_progressing(&all));
+        assert!(!only_progress(Some(&two), &all), "Ready is written at once");
+        // Another pool taking a node too: a conflict appears while the pool still progresses.
+        let mut other = (*pool("b", 2, json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"run.ai/simulated-gpu-node-pool": "a"}}}))).clone();
+        other.metadata.creation_timestamp = Some(time(200));
+        let nodes = [member("n1", true), member("n2", true), member("n3", false)];
+        let pools = [Arc::clone(&a), Arc::new(other)];
+        let contested = desired_status(
+            &a,
+            &pools,
+            &nodes,
+            &[],
+            &NodeProblems::default(),
+            none,
+            &time(100),
+        );
+        assert!(is_progressing(&contested));
+        assert!(
+            !only_progress(Some(&one), &contested),
+            "a new conflict is written at once"
+        );
     }
 
     #[test]
