@@ -419,11 +419,11 @@ mod tests {
             }
             node(name, labels)
         };
-        let status = |pool: &Arc<GpuNodePool>, nodes: &[Arc<CachedNode>]| {
-            let pools = [Arc::clone(pool)];
+        let alone = [Arc::clone(&a)];
+        let status = |pools: &[Arc<GpuNodePool>], nodes: &[Arc<CachedNode>]| {
             desired_status(
-                pool,
-                &pools,
+                &a,
+                pools,
                 nodes,
                 &[],
                 &NodeProblems::default(),
@@ -432,7 +432,7 @@ mod tests {
             )
         };
         let one = status(
-            &a,
+            &alone,
             &[member("n1", true), member("n2", false), member("n3", false)],
         );
         assert!(is_progressing(&one));
@@ -441,30 +441,27 @@ mod tests {
             "a first status is written at once"
         );
         let two = status(
-            &a,
+            &alone,
             &[member("n1", true), member("n2", true), member("n3", false)],
         );
         assert_ne!(one, two);
         assert!(only_progress(Some(&one), &two));
         let all = status(
-            &a,
+            &alone,
             &[member("n1", true), member("n2", true), member("n3", true)],
         );
         assert!(!is_progressing(&all));
         assert!(!only_progress(Some(&two), &all), "Ready is written at once");
-        // Another pool taking a node too: a conflict appears while the pool still progresses.
-        let mut other = (*pool("b", 2, json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"run.ai/simulated-gpu-node-pool": "a"}}}))).clone();
-        other.metadata.creation_timestamp = Some(time(200));
-        let nodes = [member("n1", true), member("n2", true), member("n3", false)];
-        let pools = [Arc::clone(&a), Arc::new(other)];
-        let contested = desired_status(
-            &a,
-            &pools,
-            &nodes,
-            &[],
-            &NodeProblems::default(),
-            none,
-            &time(100),
+        // A younger pool selecting the same nodes: a conflict appears while the pool still
+        // progresses.
+        let other = pool(
+            "b",
+            200,
+            json!({"gpu": {"profile": "t4"}, "nodeSelector": {"matchLabels": {"run.ai/simulated-gpu-node-pool": "a"}}}),
+        );
+        let contested = status(
+            &[Arc::clone(&a), other],
+            &[member("n1", true), member("n2", true), member("n3", false)],
         );
         assert!(is_progressing(&contested));
         assert!(
