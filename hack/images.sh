@@ -32,8 +32,7 @@ bins=$repo/target/$target/release
 # The NVML library is loaded into glibc processes (NVIDIA's device plugin, GFD and DRA driver, and
 # any GPU container's), so it is built for glibc, the oldest still met (hack/lib/zigbuild.sh);
 # the node agent's image carries it for the driver roots and containers it serves.
-nvml_target=x86_64-unknown-linux-gnu
-nvml_library=$repo/target/$nvml_target/release/libnvidia_ml.so
+nvml_library=$(nvml_library_in "$repo")
 out=${FAKEGPU_IMAGES_DIR:-$repo/target/images}
 images=(fakegpu-operator fakegpu-exporter fakegpu-node-agent)
 

@@ -13,6 +13,8 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+# shellcheck source=hack/lib/zigbuild.sh
+source "$repo/hack/lib/zigbuild.sh"
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -81,7 +83,7 @@ echo "same binaries, same archives: $(cd target/images && ls ./*.tar | tr '\n' '
 # NVIDIA's nvidia-smi through it, under Debian 11's glibc 2.31 (Ubuntu 20.04's), prints what
 # fakegpu's prints.
 FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_GLIBC_ROOT=$(hack/glibc-root.sh) \
-  FAKEGPU_NVML_LIBRARY=$repo/target/x86_64-unknown-linux-gnu/release/libnvidia_ml.so \
+  FAKEGPU_NVML_LIBRARY=$(nvml_library_in "$repo") \
   cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored --exact \
   under_an_older_glibc_nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints
 # Another reader of the format than containerd (which the real node imports with): skopeo, as

@@ -13,6 +13,11 @@ ziglang_version=0.17.1
 nvml_glibc=2.17
 nvml_zig_target=x86_64-unknown-linux-gnu.$nvml_glibc
 
+# The built library in checkout <repo> (cargo-zigbuild's target folder drops the glibc suffix).
+nvml_library_in() { # <repo>
+  echo "$1/target/x86_64-unknown-linux-gnu/release/libnvidia_ml.so"
+}
+
 # Prints the folder whose bin/ holds cargo-zigbuild and the Python that runs zig, making it
 # on first use. <repo> is the checkout.
 zigbuild_env() { # <repo>
