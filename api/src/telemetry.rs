@@ -44,6 +44,13 @@ impl Load {
         })
     }
 
+    /// Board power as the driver reports it: whole milliwatts, NVML's unit, from which
+    /// nvidia-smi prints its watts.
+    pub fn power_draw_milliwatts(&self) -> Option<u32> {
+        self.power_draw()
+            .map(|watts| (watts * 1000.0).round() as u32)
+    }
+
     /// GPU temperature, C: 30 idle, 75 at full load, 90 when thermally throttled.
     pub fn gpu_temperature(&self) -> u32 {
         if self.thermal_throttling {
@@ -224,6 +231,7 @@ mod tests {
             ..busy
         };
         assert_eq!(unknown.power_draw(), None);
+        assert_eq!(unknown.power_draw_milliwatts(), None);
         let hot = Load {
             thermal_throttling: true,
             ..busy

@@ -154,6 +154,28 @@ fn busy(profile: &GpuProfile, driver_version: &str, period: u64) -> NodeReport {
     report
 }
 
+/// A node of `profile` whose pods hold steady loads (no draw): GPU 0's pod at 5 %, GPU 1's two
+/// at 7 % each. At 5 % a K80 draws 21605 mW, which NVIDIA's tool prints as 21.60 W (it divides
+/// the driver's milliwatts in single precision), where fakegpu's printed 21.61: the draws met
+/// such loads only now and then.
+fn steady(profile: &GpuProfile, driver_version: &str) -> NodeReport {
+    let mut report = report(profile);
+    report.topology.driver_version = driver_version.to_owned();
+    for (load, gpu) in [5, 7].into_iter().zip(&mut report.topology.gpus) {
+        for usage in gpu.status.pod_gpu_usage_status.values_mut() {
+            usage.utilization = UtilizationBounds {
+                min: load,
+                max: load,
+            };
+        }
+        report.utilization.insert(
+            gpu.id.clone(),
+            telemetry::drawn_total(&gpu.status, &gpu.id, 0),
+        );
+    }
+    report
+}
+
 fn period_now() -> u64 {
     telemetry::draw_period(std::time::SystemTime::now(), DRAW_INTERVAL)
 }
@@ -273,6 +295,16 @@ fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
                 let what = format!("{} on {version}, nvidia-smi {args}", profile.name);
                 differ(what, ours, theirs);
             }
+        }
+        for profile in PROFILES {
+            let name = format!("steady-{}-{version}", profile.name);
+            let node = Node::new(scratch, &name, &steady(profile, &version))?;
+            let (ours, theirs) = node.outputs(&binary, launch, LOAD_QUERY)?;
+            let what = format!(
+                "steady {} on {version}, nvidia-smi {LOAD_QUERY}",
+                profile.name
+            );
+            differ(what, ours, theirs);
         }
         // Busy GPUs: NVIDIA's binary reads the library's draws, fakegpu's the exporter's
         // report; both are the shared model's for the period (tried again when a period turns

@@ -132,9 +132,9 @@ impl Gpu {
         }
     }
 
-    /// Board power, W.
-    pub fn power_draw(&self) -> Option<f64> {
-        self.load().power_draw()
+    /// Board power as the driver reports it, mW (what NVIDIA's nvidia-smi prints from).
+    pub fn power_draw_milliwatts(&self) -> Option<u32> {
+        self.load().power_draw_milliwatts()
     }
 
     /// Temperature, C.

@@ -97,7 +97,16 @@ fn gpu_field(field: &str, gpu: &Gpu, machine: &Machine) -> Option<(&'static str,
         ),
         "temperature.gpu" => ("temperature.gpu", plain(gpu.temperature())),
         "temperature.memory" => ("temperature.memory", plain(gpu.load().memory_temperature())),
-        "power.draw" => ("power.draw", watts(gpu.power_draw())),
+        // The driver's milliwatts as NVIDIA's tool prints them: divided in single precision,
+        // then rounded to hundredths (21605 mW prints 21.60 and 14645 mW 14.65, where double
+        // precision gives 21.61 and 14.64; both seen from its 535 and 550 binaries).
+        "power.draw" => (
+            "power.draw",
+            watts(
+                gpu.power_draw_milliwatts()
+                    .map(|mw| f64::from(mw as f32 / 1000.0)),
+            ),
+        ),
         "power.limit" => ("power.limit", watts(limit)),
         "enforced.power.limit" => ("enforced.power.limit", watts(limit)),
         "power.default_limit" => ("power.default_limit", watts(limit)),

@@ -132,10 +132,10 @@ fn gpu_rows(layout: &Layout, gpu: &Gpu) -> [String; 3] {
     // Whole watts as the real tool prints them: the driver's milliwatts, truncated. The usage
     // ends at a fixed column; a cap wider than its digits overflows the cell, which the real
     // tool then cuts with `...` (a 1200 W cap under 535).
-    let power = match (gpu.power_draw(), gpu.power_limit) {
+    let power = match (gpu.power_draw_milliwatts(), gpu.power_limit) {
         (Some(draw), Some(limit)) => format!(
             "{:>usage$}W / {limit:>cap$}W",
-            (draw * 1000.0).round() as u64 / 1000,
+            draw / 1000,
             usage = 19 - layout.power_cap,
             cap = layout.power_cap
         ),

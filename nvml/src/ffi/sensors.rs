@@ -69,8 +69,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(handle: DeviceHandle, out: *mut c_uint) -> Return {
     unsafe {
         query(handle, out, |d| {
-            let watts = d.load.power_draw().ok_or(ERROR_NOT_SUPPORTED)?;
-            Ok((watts * 1000.0).round() as c_uint)
+            d.load.power_draw_milliwatts().ok_or(ERROR_NOT_SUPPORTED)
         })
     }
 }
