@@ -39,6 +39,10 @@ containerd_version=v2.2.3
 kubelet_root=/var/lib/kubelet
 node_lib=/var/lib/fakegpu-node
 node_run=/run/fakegpu-node
+# What `up` found on the host before it changed anything, and the mark that the kubelet root is
+# the node's. Kept on the host, not in the checkout's .cache, so that `down` from any checkout
+# can undo a node whose run was cut off (a killed test run, a machine image taken mid-run).
+host_record=$node_lib/host-record
 containerd_sock=$node_run/containerd.sock
 cni_network=fakegpu
 cni_bridge=fakegpu0
@@ -83,10 +87,26 @@ check() {
     { echo "CNI plugins not found (apt-get install containernetworking-plugins)"; return 1; }
   [[ -x /bin/busybox ]] && grep -q 'not a dynamic' <(ldd /bin/busybox 2>&1) ||
     { echo "no static busybox for test pods (apt-get install busybox-static)"; return 1; }
-  if [[ -e $kubelet_root ]] && ! [[ -f $state/owns-kubelet-root ]]; then
+  if [[ -e $kubelet_root ]] && ! [[ -f $host_record/owns-kubelet-root ]]; then
     echo "$kubelet_root exists: another kubelet owns this machine"
     return 1
   fi
+  local others
+  others=$(kubelets_elsewhere)
+  if [[ -n $others ]]; then
+    echo "a kubelet this checkout did not start runs on $kubelet_root (pid $others): stop it first"
+    return 1
+  fi
+}
+
+# Kubelets on this host with the node's root directory, other than the one this checkout
+# started: another checkout's node, which only its own `down` may stop.
+kubelets_elsewhere() {
+  local pid ours
+  ours=$(proc_pid kubelet)
+  for pid in $(pgrep -f -- "--root-dir=$kubelet_root( |$)" || true); do
+    [[ $pid == "$ours" ]] || echo "$pid"
+  done
 }
 
 # --- build -----------------------------------------------------------------------------------
@@ -319,13 +339,14 @@ node_ready() {
 # Remembers which host directories and nftables tables existed before `up`, so that `down`
 # removes only what the node made.
 record_host_state() {
-  [[ -f $state/host-dirs ]] && return
+  [[ -f $host_record/host-dirs ]] && return
+  mkdir -p "$host_record"
   local d
   for d in "${host_dirs[@]}"; do
     if [[ -e $d ]]; then echo "existed $d"; else echo "created $d"; fi
-  done >"$state/host-dirs"
-  if command -v nft >/dev/null; then nft list tables >"$state/nft-tables" 2>/dev/null || true; fi
-  : >"$state/owns-kubelet-root"
+  done >"$host_record/host-dirs"
+  if command -v nft >/dev/null; then nft list tables >"$host_record/nft-tables" 2>/dev/null || true; fi
+  : >"$host_record/owns-kubelet-root"
 }
 
 start_kubelet() {
@@ -347,6 +368,10 @@ up() {
   local why
   why=$(check) || die "this machine cannot run a real node: $why"
   [[ -f $dir/admin.kubeconfig ]] || die "no cluster in $dir: run hack/cluster.sh up first"
+  if [[ -f $host_record/owns-kubelet-root ]] && ! proc_running kubelet; then
+    log "a node whose run was cut off is still here: taking it down first"
+    down
+  fi
   build
   local start=$SECONDS
   mkdir -p "$state"
@@ -509,16 +534,15 @@ remove_iptables_chains() {
 # The kubelet's iptables calls create the (iptables-nft) tables they touch; once its chains are
 # gone, the tables that were not there before `up` and hold no rule go too.
 remove_nft_tables() {
-  command -v nft >/dev/null && [[ -f $state/nft-tables ]] || return 0
+  command -v nft >/dev/null && [[ -f $host_record/nft-tables ]] || return 0
   local word family table
   while read -r word family table; do
     [[ $word == table ]] || continue
-    grep -qx "table $family $table" "$state/nft-tables" && continue
+    grep -qx "table $family $table" "$host_record/nft-tables" && continue
     if [[ -z $(nft list table "$family" "$table" 2>/dev/null | grep -vE '^[[:space:]]*(table |chain |type |policy |}|$)') ]]; then
       nft delete table "$family" "$table" 2>/dev/null || true
     fi
   done < <(nft list tables 2>/dev/null)
-  rm -f "$state/nft-tables"
 }
 
 remove_cgroups() { # the kubelet's QoS tree under every controller, deepest first
@@ -530,23 +554,23 @@ remove_cgroups() { # the kubelet's QoS tree under every controller, deepest firs
 }
 
 restore_host_dirs() {
-  [[ -f $state/host-dirs ]] || return 0
+  [[ -f $host_record/host-dirs ]] || return 0
   local how d
   while read -r how d; do
     if [[ $how == created ]]; then
       rm -rf "$d"
     fi
-  done <"$state/host-dirs"
+  done <"$host_record/host-dirs"
   # Where the directory was there before, only what the node's pods left in it goes.
   rm -f /var/run/cdi/k8s.gpu.nvidia.com-* /var/run/cdi/k8s.compute-domain.nvidia.com-* 2>/dev/null || true
   rm -rf "/var/lib/cni/networks/$cni_network" "/var/lib/cni/results/$cni_network-"* 2>/dev/null || true
-  rm -f "$state/host-dirs"
 }
 
 down() {
   # Only what `up` started: the chains, cgroups and directories below may belong to another
   # kubelet otherwise.
-  [[ -f $state/owns-kubelet-root ]] || { log "no node of hack/node.sh here"; return 0; }
+  [[ -f $host_record/owns-kubelet-root ]] || { log "no node of hack/node.sh here"; return 0; }
+  [[ -z $(kubelets_elsewhere) ]] || die "a kubelet this checkout did not start runs on $kubelet_root: stop it first"
   delete_pods
   proc_stop kubelet
   remove_containers
@@ -560,9 +584,9 @@ down() {
   remove_iptables_chains
   remove_nft_tables
   remove_cgroups
-  rm -rf "$kubelet_root" "$node_lib" "$node_run"
+  # The record goes last, with the node's directory: a down cut off before here can run again.
   restore_host_dirs
-  rm -f "$state/owns-kubelet-root"
+  rm -rf "$kubelet_root" "$node_run" "$node_lib"
   if [[ -f $dir/admin.kubeconfig ]]; then
     k delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi

@@ -48,6 +48,8 @@ rm -rf "$FAKEGPU_CLUSTER_DIR"
 # The host as it is before anything runs: after the real node's teardown it must be the same
 # (everything else the suite starts keeps to its own directories and loopback ports).
 mkdir -p "$FAKEGPU_CLUSTER_DIR"
+# A node left by a run that was cut off (its record is on the host) goes first.
+hack/node.sh down
 hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/registry.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
