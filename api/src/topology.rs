@@ -343,6 +343,39 @@ impl GpuStatus {
     }
 }
 
+/// Who is asking, as a GPU container's environment tells: what picks the container's own pod
+/// among the pods a GPU's status lists. fakegpu's nvidia-smi and its NVML library show that
+/// pod's use of a GPU as the container's own process (its main process, PID 1 in the
+/// container, as the reference's nvidia-smi shows it); other pods' processes live in other PID
+/// namespaces, which the real driver does not show a container either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caller<'a> {
+    /// `POD_UUID`, when the pod passes its UID in (the reference's nvidia-smi reads it).
+    pub pod_uid: Option<&'a str>,
+    /// `HOSTNAME`: the pod's name, unless the pod sets another host name.
+    pub hostname: Option<&'a str>,
+    /// `NVIDIA_VISIBLE_DEVICES`: the GPUs or MIG instances the container was given.
+    pub visible_devices: Option<&'a str>,
+}
+
+impl Caller<'_> {
+    /// The PID a container's own process has in its PID namespace: its main process.
+    pub const PROCESS_ID: u32 = 1;
+
+    /// Whether pod `uid`'s use, as `status` (of the GPU or MIG instance `unit`, by UUID) records
+    /// it, is the caller's pod's: the pod passed its UID in; or the unit serves that pod alone
+    /// and it is the pod holding it by name, or the container was given the unit.
+    pub fn owns(&self, unit: &str, status: &GpuStatus, uid: &str) -> bool {
+        self.pod_uid == Some(uid)
+            || (status.pod_gpu_usage_status.len() == 1
+                && status.pod_gpu_usage_status.contains_key(uid)
+                && (self.hostname == Some(status.allocated_by.pod.as_str())
+                    || self
+                        .visible_devices
+                        .is_some_and(|list| list.split(',').map(str::trim).any(|id| id == unit))))
+    }
+}
+
 impl GpuTopology {
     /// The GPU's status and each of its MIG instances', with the UUID pods use them by.
     pub fn statuses(&self) -> impl Iterator<Item = (&str, &GpuStatus)> {
@@ -362,6 +395,47 @@ impl GpuTopology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_owns_its_pods_use_and_no_other() {
+        let usage = |uids: &[&str]| GpuStatus {
+            allocated_by: AllocatedBy {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+            },
+            pod_gpu_usage_status: uids
+                .iter()
+                .map(|uid| ((*uid).to_owned(), PodGpuUsage::default()))
+                .collect(),
+        };
+        let alone = usage(&["uid-a"]);
+        let shared = usage(&["uid-a", "uid-b"]);
+        let by_uid = Caller {
+            pod_uid: Some("uid-b"),
+            ..Default::default()
+        };
+        assert!(by_uid.owns("GPU-1", &shared, "uid-b"));
+        assert!(!by_uid.owns("GPU-1", &shared, "uid-a"));
+        let by_name = Caller {
+            hostname: Some("train-0"),
+            ..Default::default()
+        };
+        assert!(by_name.owns("GPU-1", &alone, "uid-a"));
+        // A shared GPU's holder by name cannot tell which pod is its own.
+        assert!(!by_name.owns("GPU-1", &shared, "uid-a"));
+        let given = Caller {
+            visible_devices: Some("GPU-0, GPU-1"),
+            ..Default::default()
+        };
+        assert!(given.owns("GPU-1", &alone, "uid-a"));
+        assert!(!given.owns("GPU-2", &alone, "uid-a"));
+        assert!(
+            !given.owns("GPU-1", &alone, "uid-other"),
+            "not a pod of the unit"
+        );
+        assert!(!Caller::default().owns("GPU-1", &alone, "uid-a"));
+    }
 
     #[test]
     fn gpu_uuids_are_deterministic_and_distinct() {

@@ -261,30 +261,102 @@ func TestWhatIsNotThere(t *testing.T) {
 	}
 }
 
-// Process lists answer, as real NVML's do on every data-center GPU, with no process: the
-// document knows pods, not process IDs (see nvml/src/ffi/processes.rs). go-nvml asks for the
-// count first, with no array, then fills one.
-func TestProcessListsAreEmptyNotUnsupported(t *testing.T) {
-	lib := session(t, "../../nvml/tests/documents/a100-mig.yml", "")
-	whole, _ := lib.DeviceGetHandleByIndex(0)
-	partitioned, _ := lib.DeviceGetHandleByIndex(1)
-	mig, ret := partitioned.GetMigDeviceHandleByIndex(0)
-	if ret != nvml.SUCCESS {
-		t.Fatalf("GPU 1's MIG device 0: %v", ret)
+// A GPU container sees its own pod's use of a GPU as its main process (PID 1 in its PID
+// namespace), with the framebuffer the pod holds, and no other pod's: the real driver shows a
+// container only its own namespace's processes. go-nvml asks for the count first, with no
+// array, then fills one. Graphics and MPS lists answer with none rather than an error.
+func TestAContainerSeesItsOwnProcess(t *testing.T) {
+	held := `  index: 0
+  status:
+    allocatedBy: {namespace: ml, pod: train-0, container: main}
+    podGpuUsageStatus:
+      uid-train: {utilization: {min: 10, max: 10}, fbUsed: 1000, useKnativeUtilization: false}
+`
+	other := `  index: 1
+  status:
+    allocatedBy: {namespace: ml, pod: serve-0, container: main}
+    podGpuUsageStatus:
+      uid-serve: {utilization: {min: 10, max: 10}, fbUsed: 2000, useKnativeUtilization: false}
+`
+	text := strings.Replace(strings.Replace(h100(t), "  index: 0\n", held, 1), "  index: 1\n", other, 1)
+	path := filepath.Join(t.TempDir(), "topology.yml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	handles := map[string]nvml.Device{"GPU 0": whole, "GPU 1": partitioned, "GPU 1's MIG device 0": mig}
-	for name, handle := range handles {
+	noInstance := ^uint32(0)
+	lists := func(t *testing.T, what string, handle nvml.Device, want []nvml.ProcessInfo) {
+		t.Helper()
+		processes, ret := handle.GetComputeRunningProcesses()
+		if ret != nvml.SUCCESS || fmt.Sprint(processes) != fmt.Sprint(want) {
+			t.Errorf("%s compute processes: %v, %v; want %v", what, processes, ret, want)
+		}
 		for kind, list := range map[string]func() ([]nvml.ProcessInfo, nvml.Return){
-			"compute":  handle.GetComputeRunningProcesses,
 			"graphics": handle.GetGraphicsRunningProcesses,
 			"MPS":      handle.GetMPSComputeRunningProcesses,
 		} {
-			processes, ret := list()
-			if ret != nvml.SUCCESS || len(processes) != 0 {
-				t.Errorf("%s %s processes: %v, %v; want none, SUCCESS", name, kind, processes, ret)
+			if processes, ret := list(); ret != nvml.SUCCESS || len(processes) != 0 {
+				t.Errorf("%s %s processes: %v, %v; want none", what, kind, processes, ret)
 			}
 		}
 	}
+
+	t.Run("the pod holding GPU 0, by its host name", func(t *testing.T) {
+		t.Setenv("HOSTNAME", "train-0")
+		lib := session(t, path, "")
+		gpu0, _ := lib.DeviceGetHandleByIndex(0)
+		gpu1, _ := lib.DeviceGetHandleByIndex(1)
+		lists(t, "GPU 0", gpu0, []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1000 * mib, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}})
+		lists(t, "GPU 1 (another pod's)", gpu1, nil)
+		// The name the process was started by, as nvidia-smi prints it.
+		cmdline, err := os.ReadFile("/proc/1/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, ret := lib.SystemGetProcessName(1)
+		check(t, "name of PID 1", name, ret, strings.SplitN(string(cmdline), "\x00", 2)[0])
+	})
+
+	t.Run("a container given GPU 1", func(t *testing.T) {
+		t.Setenv("HOSTNAME", "elsewhere")
+		lib := session(t, path, read(t, path).Gpus[1].ID)
+		gpu, _ := lib.DeviceGetHandleByIndex(0)
+		lists(t, "its GPU", gpu, []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 2000 * mib, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}})
+	})
+
+	t.Run("the host, or another pod's container", func(t *testing.T) {
+		t.Setenv("HOSTNAME", "elsewhere")
+		lib := session(t, path, "")
+		for i := 0; i < 2; i++ {
+			gpu, _ := lib.DeviceGetHandleByIndex(i)
+			lists(t, fmt.Sprintf("GPU %d", i), gpu, nil)
+		}
+	})
+
+	t.Run("a container given a MIG instance", func(t *testing.T) {
+		original, err := os.ReadFile("../../nvml/tests/documents/a100-mig.yml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Pods on the 2g.20gb instance (placement 4: the driver's GI 5) and the 1g.10gb one.
+		onInstances := strings.Replace(strings.Replace(string(original),
+			"    memory: 19968\n", "    memory: 19968\n    status:\n      podGpuUsageStatus:\n        uid-mig: {utilization: {min: 5, max: 5}, fbUsed: 3000}\n", 1),
+			"    memory: 9856\n", "    memory: 9856\n    status:\n      podGpuUsageStatus:\n        uid-small: {utilization: {min: 5, max: 5}, fbUsed: 500}\n", 1)
+		migPath := filepath.Join(t.TempDir(), "topology.yml")
+		if err := os.WriteFile(migPath, []byte(onInstances), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("HOSTNAME", "elsewhere")
+		doc := read(t, migPath)
+		lib := session(t, migPath, doc.Gpus[1].MigDevices[1].UUID)
+		gpu, _ := lib.DeviceGetHandleByIndex(0)
+		mig, ret := gpu.GetMigDeviceHandleByIndex(0)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("its MIG device: %v", ret)
+		}
+		want := []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 3000 * mib, GpuInstanceId: 5, ComputeInstanceId: 0}}
+		lists(t, "its MIG device", mig, want)
+		lists(t, "the MIG device's GPU", gpu, want)
+	})
 }
 
 // Without a document the library reads as a machine without a driver, and stays uninitialised.

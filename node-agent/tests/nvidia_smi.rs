@@ -160,7 +160,8 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
             mig_uuid(NODE, 1, 4)
         )
     );
-    // A container given one instance sees its GPU with that instance only.
+    // A container given one instance sees its GPU with that instance only, as its GPU 0 (NVML
+    // numbers what a container sees from 0; NVIDIA's nvidia-smi prints 0 there too).
     let given = Environment {
         visible_devices: Some(mig_uuid(NODE, 1, 4)),
         ..environment(&url)
@@ -172,7 +173,7 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
         "--query-gpu=index,mig.mode.current --format=csv,noheader",
         &given,
     );
-    assert_eq!(out, "1, Enabled\n");
+    assert_eq!(out, "0, Enabled\n");
     // The default view lists the instances with their driver IDs, memory, SMs and engines; the
     // 1g.10gb at slice 4 is GI 11 and runs the pod's process.
     let (_, out, _) = smi("-i 1", &environment(&url));

@@ -15,8 +15,9 @@ use fakegpu_api::{
     profiles::{GpuProfile, PROFILES, profile},
     report::NodeReport,
     telemetry,
-    topology::{GpuStatus, MigDevice, UtilizationBounds, mig_uuid},
+    topology::{GpuStatus, MigDevice, PodGpuUsage, UtilizationBounds, gpu_uuid, mig_uuid},
 };
+use fakegpu_node_agent::smi::Environment;
 
 mod common;
 
@@ -75,7 +76,13 @@ struct Launch {
 }
 
 impl Launch {
-    fn run(&self, binary: &PathBuf, document: &PathBuf, args: &str) -> anyhow::Result<String> {
+    fn run(
+        &self,
+        binary: &PathBuf,
+        document: &PathBuf,
+        args: &str,
+        container: Option<&Container>,
+    ) -> anyhow::Result<String> {
         let mut command = match &self.glibc {
             None => {
                 let mut command = Command::new(binary);
@@ -92,6 +99,16 @@ impl Launch {
                 command
             }
         };
+        // Who the binary runs as is only what `container` says, whatever this test's own
+        // environment holds.
+        for name in Container::ENV {
+            command.env_remove(name);
+        }
+        if let Some(container) = container {
+            command
+                .env(Container::ENV[0], &container.hostname)
+                .env(Container::ENV[1], &container.visible_devices);
+        }
         let output = command
             .args(args.split_whitespace())
             .env(
@@ -183,16 +200,29 @@ fn period_now() -> u64 {
 /// The GPU table: up to the empty line before the MIG section (the real binary lists no MIG
 /// devices through the library yet: the slots its MIG table reads are not known).
 fn gpu_table(text: &str) -> String {
-    without_date(text)
-        .lines()
+    text.lines()
         .take_while(|line| !line.is_empty())
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-/// The table's first line is the time it was printed.
-fn without_date(text: &str) -> String {
-    text.lines().skip(1).collect::<Vec<_>>().join("\n")
+/// The table's Processes box, from its title to the end.
+fn processes_box(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let title = lines
+        .iter()
+        .position(|line| line.starts_with("| Processes:"));
+    title.map_or_else(String::new, |at| lines[at.saturating_sub(1)..].join("\n"))
+}
+
+/// What is compared of the output of `args`: all of it, but a table's first line, the time it
+/// was printed.
+fn comparable(args: &str, text: &str) -> String {
+    if args.is_empty() {
+        text.lines().skip(1).collect::<Vec<_>>().join("\n")
+    } else {
+        text.to_owned()
+    }
 }
 
 #[test]
@@ -242,6 +272,28 @@ fn in_scratch(
     result
 }
 
+/// A GPU container on the node, as both nvidia-smis learn it from the environment: its pod's
+/// name and the GPUs it was given.
+struct Container {
+    hostname: String,
+    visible_devices: String,
+}
+
+impl Container {
+    const ENV: [&str; 3] = ["HOSTNAME", "NVIDIA_VISIBLE_DEVICES", "POD_UUID"];
+
+    /// fakegpu's nvidia-smi's view of the same container: the same main process (this
+    /// machine's PID 1, which the library names for NVIDIA's binary).
+    fn environment(&self, url: &str) -> Environment {
+        Environment {
+            hostname: Some(self.hostname.clone()),
+            visible_devices: Some(self.visible_devices.clone()),
+            process_name: Environment::from_process().process_name,
+            ..environment(url)
+        }
+    }
+}
+
 /// A node's document written where NVIDIA's binary reads it, and its report served where
 /// fakegpu's nvidia-smi asks for it.
 struct Node {
@@ -259,16 +311,20 @@ impl Node {
         })
     }
 
-    /// What fakegpu's nvidia-smi and NVIDIA's print for `args` on this node.
+    /// What fakegpu's nvidia-smi and NVIDIA's print for `args` on this node: on the host, or
+    /// in `container`.
     fn outputs(
         &self,
         binary: &PathBuf,
         launch: &Launch,
         args: &str,
+        container: Option<&Container>,
     ) -> anyhow::Result<(String, String)> {
-        let (code, ours, err) = smi(args, &environment(&self.url));
+        let env = container.map_or_else(|| environment(&self.url), |c| c.environment(&self.url));
+        let (code, ours, err) = smi(args, &env);
         ensure!(code == 0, "fakegpu's nvidia-smi {args}: {err}");
-        Ok((ours, launch.run(binary, &self.document, args)?))
+        let theirs = launch.run(binary, &self.document, args, container)?;
+        Ok((comparable(args, &ours), comparable(args, &theirs)))
     }
 }
 
@@ -286,12 +342,7 @@ fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
             let name = format!("{}-{version}", profile.name);
             let node = Node::new(scratch, &name, &idle(report(profile), &version))?;
             for args in ["", "-L", QUERY, APPS] {
-                let (ours, theirs) = node.outputs(&binary, launch, args)?;
-                let (ours, theirs) = if args.is_empty() {
-                    (without_date(&ours), without_date(&theirs))
-                } else {
-                    (ours, theirs)
-                };
+                let (ours, theirs) = node.outputs(&binary, launch, args, None)?;
                 let what = format!("{} on {version}, nvidia-smi {args}", profile.name);
                 differ(what, ours, theirs);
             }
@@ -299,12 +350,26 @@ fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
         for profile in PROFILES {
             let name = format!("steady-{}-{version}", profile.name);
             let node = Node::new(scratch, &name, &steady(profile, &version))?;
-            let (ours, theirs) = node.outputs(&binary, launch, LOAD_QUERY)?;
+            let (ours, theirs) = node.outputs(&binary, launch, LOAD_QUERY, None)?;
             let what = format!(
                 "steady {} on {version}, nvidia-smi {LOAD_QUERY}",
                 profile.name
             );
             differ(what, ours, theirs);
+            // In the container of the pod holding GPU 0: that GPU alone, with its pod's work
+            // as the container's own process in the table and the process query.
+            let container = Container {
+                hostname: "train-0".into(),
+                visible_devices: gpu_uuid(NODE, 0),
+            };
+            for args in ["", QUERY, APPS] {
+                let (ours, theirs) = node.outputs(&binary, launch, args, Some(&container))?;
+                let what = format!(
+                    "steady {} on {version}, in pod train-0's container: nvidia-smi {args}",
+                    profile.name
+                );
+                differ(what, ours, theirs);
+            }
         }
         // Busy GPUs: NVIDIA's binary reads the library's draws, fakegpu's the exporter's
         // report; both are the shared model's for the period (tried again when a period turns
@@ -314,7 +379,7 @@ fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
                 let period = period_now();
                 let name = format!("busy-{}-{version}-{attempt}", profile.name);
                 let node = Node::new(scratch, &name, &busy(profile, &version, period))?;
-                let (ours, theirs) = node.outputs(&binary, launch, LOAD_QUERY)?;
+                let (ours, theirs) = node.outputs(&binary, launch, LOAD_QUERY, None)?;
                 if period_now() == period || attempt == 2 {
                     let what = format!(
                         "busy {} on {version}, nvidia-smi {LOAD_QUERY}",
@@ -327,9 +392,33 @@ fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
         }
         let name = format!("partitioned-{version}");
         let node = Node::new(scratch, &name, &partitioned(&version)?)?;
-        let (ours, theirs) = node.outputs(&binary, launch, "")?;
+        let (ours, theirs) = node.outputs(&binary, launch, "", None)?;
         let what = format!("partitioned a100-80gb on {version}");
         differ(what, gpu_table(&ours), gpu_table(&theirs));
+        // In a container given one of its instances: its GPU as GPU 0, and the process on the
+        // instance with its GI and CI IDs (the MIG devices table is left out, see gpu_table).
+        let mut report = partitioned(&version)?;
+        let instance = &mut report.topology.gpus[1].mig_devices[1];
+        instance.status.allocated_by.pod = "mig-0".into();
+        instance.status.pod_gpu_usage_status.insert(
+            "uid-mig-0".into(),
+            PodGpuUsage {
+                fb_used: 5000,
+                ..Default::default()
+            },
+        );
+        let container = Container {
+            hostname: "mig-0".into(),
+            visible_devices: instance.uuid.clone(),
+        };
+        let node = Node::new(scratch, &format!("mig-pod-{version}"), &report)?;
+        let (ours, theirs) = node.outputs(&binary, launch, "", Some(&container))?;
+        let what = format!("partitioned a100-80gb on {version}, in pod mig-0's container");
+        differ(what.clone(), gpu_table(&ours), gpu_table(&theirs));
+        differ(what, processes_box(&ours), processes_box(&theirs));
+        let (ours, theirs) = node.outputs(&binary, launch, APPS, Some(&container))?;
+        let what = format!("partitioned a100-80gb on {version}, in pod mig-0's container: {APPS}");
+        differ(what, ours, theirs);
     }
     ensure!(differences.is_empty(), "{}", differences.join("\n"));
     Ok(())

@@ -124,7 +124,7 @@ impl Registrations {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::{GpuTopology, Health, NodeTopology};
+    use fakegpu_api::topology::{Caller, GpuTopology, Health, NodeTopology};
 
     use super::*;
     use crate::machine::Visible;
@@ -145,7 +145,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        Machine::of(&document, &Visible::All, 0)
+        Machine::of(&document, &Visible::All, Caller::default(), 0)
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use fakegpu_api::{
     profiles::profile_by_product,
     telemetry::{Load, drawn_total, gpu_utilization},
-    topology::{GpuTopology, MigDevice, NodeTopology},
+    topology::{Caller, GpuStatus, GpuTopology, MigDevice, NodeTopology},
 };
 
 use crate::mig::{ComputeInstance, GiProfile, GpuInstance, gi_profiles, instances};
@@ -78,6 +78,8 @@ pub struct Device {
     pub load: Load,
     /// Framebuffer the pods hold, bytes.
     pub memory_used_bytes: u64,
+    /// The caller's processes on the GPU and its instances (those it sees), see [`Process`].
+    pub processes: Vec<Process>,
     /// Injected ECC errors: (corrected, uncorrected).
     pub ecc_errors: (u64, u64),
 }
@@ -125,6 +127,38 @@ pub struct MigInstance {
     pub memory_bytes: u64,
     /// Framebuffer the pods on the instance hold, bytes.
     pub memory_used_bytes: u64,
+    /// The caller's processes on the instance.
+    pub processes: Vec<Process>,
+}
+
+/// A process with a compute context on a GPU, as NVML lists it: the caller's own pod's use of
+/// the GPU or MIG instance (see [`Caller`]) is its container's main process. Other pods'
+/// processes are in other PID namespaces, where the real driver does not show them either.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub used_memory_bytes: u64,
+    /// The GPU- and compute-instance IDs of the MIG instance it runs on; `None` on a whole GPU.
+    pub instance: Option<(u32, u32)>,
+}
+
+/// The caller's processes among the pods `status` (of the GPU or MIG instance `unit`) lists.
+fn processes(
+    caller: Caller<'_>,
+    unit: &str,
+    status: &GpuStatus,
+    instance: Option<(u32, u32)>,
+) -> Vec<Process> {
+    status
+        .pod_gpu_usage_status
+        .iter()
+        .filter(|(uid, _)| caller.owns(unit, status, uid))
+        .map(|(_, usage)| Process {
+            pid: Caller::PROCESS_ID,
+            used_memory_bytes: usage.fb_used * MIB,
+            instance,
+        })
+        .collect()
 }
 
 /// A GPU's PCI identity.
@@ -146,8 +180,9 @@ const MIB: u64 = 1024 * 1024;
 impl Machine {
     /// The GPUs of `document` that `visible` lets this process see (see [`Visible`]), in
     /// index order, numbered from 0 as NVML numbers what it sees, busy as their pods' draws of
-    /// draw period `period` make them (`fakegpu_api::telemetry::drawn_utilization`).
-    pub fn of(document: &NodeTopology, visible: &Visible, period: u64) -> Self {
+    /// draw period `period` make them (`fakegpu_api::telemetry::drawn_utilization`), with
+    /// `caller`'s processes on them.
+    pub fn of(document: &NodeTopology, visible: &Visible, caller: Caller<'_>, period: u64) -> Self {
         let mut gpus: Vec<&GpuTopology> = document
             .gpus
             .iter()
@@ -157,7 +192,7 @@ impl Machine {
         let devices = gpus
             .into_iter()
             .zip(0..)
-            .map(|(gpu, index)| device(document, gpu, index, visible, period))
+            .map(|(gpu, index)| device(document, gpu, index, visible, caller, period))
             .collect();
         let cuda_major = document
             .cuda_version
@@ -179,13 +214,19 @@ fn device(
     gpu: &GpuTopology,
     index: u32,
     visible: &Visible,
+    caller: Caller<'_>,
     period: u64,
 ) -> Device {
-    let mig_devices = gpu
+    let mig_devices: Vec<MigInstance> = gpu
         .mig_devices
         .iter()
         .filter(|mig| visible.shows_instance(gpu, mig))
-        .map(|mig| mig_instance(&document.gpu_product, mig))
+        .map(|mig| mig_instance(&document.gpu_product, mig, caller))
+        .collect();
+    // On a partitioned GPU the processes run on its instances, and the GPU lists them all.
+    let processes = processes(caller, &gpu.id, &gpu.status, None)
+        .into_iter()
+        .chain(mig_devices.iter().flat_map(|m| m.processes.iter().cloned()))
         .collect();
     Device {
         index,
@@ -220,13 +261,16 @@ fn device(
             .sum::<u64>()
             .min(document.gpu_memory)
             * MIB,
+        processes,
         ecc_errors: (gpu.faults.ecc_correctable, gpu.faults.ecc_uncorrectable),
     }
 }
 
-fn mig_instance(product: &str, mig: &MigDevice) -> MigInstance {
+fn mig_instance(product: &str, mig: &MigDevice, caller: Caller<'_>) -> MigInstance {
     let (gpu_instance, compute_instance) = instances(mig);
+    let ids = (gpu_instance.id, compute_instance.id);
     MigInstance {
+        processes: processes(caller, &mig.uuid, &mig.status, Some(ids)),
         uuid: mig.uuid.clone(),
         name: format!("{product} MIG {}", mig.profile),
         gpu_instance,
@@ -342,7 +386,7 @@ impl Visible {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::MigDevice;
+    use fakegpu_api::topology::{MigDevice, PodGpuUsage};
 
     use super::*;
 
@@ -401,7 +445,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let machine = Machine::of(&document, &Visible::All, 0);
+        let machine = Machine::of(&document, &Visible::All, Caller::default(), 0);
         let level = |a: usize, b: usize| machine.devices[a].common_ancestor(&machine.devices[b]);
         assert_eq!(level(0, 0), topology_level::INTERNAL);
         assert_eq!(level(0, 1), topology_level::HOSTBRIDGE);
@@ -412,7 +456,7 @@ mod tests {
 
     #[test]
     fn a_document_reads_as_nvml_reports_a_machine() {
-        let machine = Machine::of(&document(), &Visible::All, 0);
+        let machine = Machine::of(&document(), &Visible::All, Caller::default(), 0);
         assert_eq!(machine.nvml_version, "12.550.163.01");
         assert_eq!(machine.cuda_driver_version, 12040);
         let [first, second] = machine.devices.as_slice() else {
@@ -435,10 +479,15 @@ mod tests {
     #[test]
     fn visible_devices_filter_and_renumber() {
         let only = Visible::parse(Some("GPU-1"));
-        let machine = Machine::of(&document(), &only, 0);
+        let machine = Machine::of(&document(), &only, Caller::default(), 0);
         assert_eq!(machine.devices.len(), 1);
         assert_eq!((machine.devices[0].index, machine.devices[0].minor), (0, 1));
-        let by_mig = Machine::of(&document(), &Visible::parse(Some("MIG-a")), 0);
+        let by_mig = Machine::of(
+            &document(),
+            &Visible::parse(Some("MIG-a")),
+            Caller::default(),
+            0,
+        );
         assert_eq!(by_mig.devices[0].uuid, "GPU-1");
         let instances = |machine: &Machine| -> Vec<String> {
             machine.devices[0]
@@ -448,21 +497,105 @@ mod tests {
                 .collect()
         };
         assert_eq!(instances(&by_mig), ["MIG-a"]);
-        let whole = Machine::of(&document(), &Visible::parse(Some("GPU-1")), 0);
+        let whole = Machine::of(
+            &document(),
+            &Visible::parse(Some("GPU-1")),
+            Caller::default(),
+            0,
+        );
         assert_eq!(instances(&whole), ["MIG-a", "MIG-b"]);
         assert!(
-            Machine::of(&document(), &Visible::parse(Some("none")), 0)
-                .devices
-                .is_empty()
+            Machine::of(
+                &document(),
+                &Visible::parse(Some("none")),
+                Caller::default(),
+                0
+            )
+            .devices
+            .is_empty()
         );
         assert_eq!(Visible::parse(Some("all")), Visible::All);
         assert_eq!(Visible::parse(None), Visible::All);
         assert_eq!(
-            Machine::of(&document(), &Visible::parse(Some("0,1")), 0)
-                .devices
-                .len(),
+            Machine::of(
+                &document(),
+                &Visible::parse(Some("0,1")),
+                Caller::default(),
+                0
+            )
+            .devices
+            .len(),
             2
         );
+    }
+
+    #[test]
+    fn the_caller_sees_its_own_pods_use_as_its_process() {
+        let mut document = document();
+        let usage = |fb_used: u64| PodGpuUsage {
+            fb_used,
+            ..Default::default()
+        };
+        // GPU 0 whole, one pod; GPU 1's instance MIG-a one pod, MIG-b another.
+        let whole = &mut document.gpus[1].status;
+        whole.allocated_by.pod = "train-0".into();
+        whole
+            .pod_gpu_usage_status
+            .insert("uid-train".into(), usage(1024));
+        let partitioned = &mut document.gpus[0];
+        partitioned.mig_devices[0]
+            .status
+            .pod_gpu_usage_status
+            .insert("uid-mig-a".into(), usage(2048));
+        partitioned.mig_devices[1]
+            .status
+            .pod_gpu_usage_status
+            .insert("uid-mig-b".into(), usage(512));
+        // Per GPU: (PID, MiB, GI and CI IDs) of each process.
+        type Listed = (u32, u64, Option<(u32, u32)>);
+        let pids = |machine: &Machine| -> Vec<Vec<Listed>> {
+            machine
+                .devices
+                .iter()
+                .map(|d| {
+                    d.processes
+                        .iter()
+                        .map(|p| (p.pid, p.used_memory_bytes / MIB, p.instance))
+                        .collect()
+                })
+                .collect()
+        };
+        // Nobody in particular (the host, another pod's container): no process.
+        let host = Machine::of(&document, &Visible::All, Caller::default(), 0);
+        assert_eq!(pids(&host), [vec![], vec![]]);
+        // The pod holding GPU 0 by name, seeing every GPU: its process on GPU 0 alone.
+        let by_name = Caller {
+            hostname: Some("train-0"),
+            ..Default::default()
+        };
+        let machine = Machine::of(&document, &Visible::All, by_name, 0);
+        assert_eq!(pids(&machine), [vec![(1, 1024, None)], vec![]]);
+        // A container given MIG-a: its process on the instance (GI 2, CI 0), listed on the
+        // instance and on its GPU.
+        let given = Caller {
+            visible_devices: Some("MIG-a"),
+            ..Default::default()
+        };
+        let machine = Machine::of(&document, &Visible::parse(Some("MIG-a")), given, 0);
+        assert_eq!(pids(&machine), [vec![(1, 2048, Some((2, 0)))]]);
+        assert_eq!(
+            machine.devices[0].mig_devices[0].processes,
+            machine.devices[0].processes
+        );
+        // By UID, on MIG-b (placement 0: GI 1), seeing the whole partitioned GPU: its process
+        // only.
+        let by_uid = Caller {
+            pod_uid: Some("uid-mig-b"),
+            ..Default::default()
+        };
+        let machine = Machine::of(&document, &Visible::parse(Some("GPU-1")), by_uid, 0);
+        assert_eq!(pids(&machine), [vec![(1, 512, Some((1, 0)))]]);
+        assert!(machine.devices[0].mig_devices[0].processes.is_empty());
     }
 
     #[test]

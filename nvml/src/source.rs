@@ -10,9 +10,12 @@ use std::{
 };
 
 use fakegpu_api::{
-    names::nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
+    names::{
+        container_env::VISIBLE_DEVICES,
+        nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
+    },
     telemetry::{draw_interval_from_env, draw_period},
-    topology::{NodeTopology, TopologyError},
+    topology::{Caller, NodeTopology, TopologyError},
 };
 
 use crate::machine::{Machine, Visible};
@@ -32,13 +35,45 @@ pub enum LoadError {
     Invalid { path: String, source: TopologyError },
 }
 
-/// Where this process's answers come from: the document's path, what the container sees, and
-/// how long a drawn utilization holds (the exporter's setting, so that both draw alike).
+/// Where this process's answers come from: the document's path, what the container sees, who
+/// it is, and how long a drawn utilization holds (the exporter's setting, so that both draw
+/// alike).
 #[derive(Clone, Debug)]
 pub struct Source {
     pub path: String,
     pub visible: Visible,
+    pub identity: Identity,
     pub draw_interval: Duration,
+}
+
+/// What in a container's environment says which pod it is (see [`Caller`]).
+#[derive(Clone, Debug, Default)]
+pub struct Identity {
+    /// `POD_UUID`.
+    pub pod_uid: Option<String>,
+    /// `HOSTNAME`.
+    pub hostname: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES`.
+    pub visible_devices: Option<String>,
+}
+
+impl Identity {
+    fn from_process() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Self {
+            pod_uid: var("POD_UUID"),
+            hostname: var("HOSTNAME"),
+            visible_devices: var(VISIBLE_DEVICES),
+        }
+    }
+
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            pod_uid: self.pod_uid.as_deref(),
+            hostname: self.hostname.as_deref(),
+            visible_devices: self.visible_devices.as_deref(),
+        }
+    }
 }
 
 impl Source {
@@ -53,10 +88,11 @@ impl Source {
                 .to_string_lossy()
                 .into_owned(),
         };
-        let visible = Visible::parse(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
+        let visible = Visible::parse(std::env::var(VISIBLE_DEVICES).ok().as_deref());
         Ok(Self {
             path,
             visible,
+            identity: Identity::from_process(),
             draw_interval: draw_interval_from_env(),
         })
     }
@@ -64,7 +100,7 @@ impl Source {
     /// The machine the document describes now, busy as the draws of this moment make it.
     pub fn load(&self) -> Result<Machine, LoadError> {
         let period = draw_period(SystemTime::now(), self.draw_interval);
-        load_from(&self.path, &self.visible, period)
+        load_from(&self.path, &self.visible, self.identity.caller(), period)
     }
 }
 
@@ -91,8 +127,13 @@ fn mapped_file(maps: &str, address: usize) -> Option<&Path> {
     })
 }
 
-pub fn load_from(path: &str, visible: &Visible, period: u64) -> Result<Machine, LoadError> {
-    Ok(Machine::of(&*read_document(path)?, visible, period))
+pub fn load_from(
+    path: &str,
+    visible: &Visible,
+    caller: Caller<'_>,
+    period: u64,
+) -> Result<Machine, LoadError> {
+    Ok(Machine::of(&*read_document(path)?, visible, caller, period))
 }
 
 /// What tells one version of a document's file from another: the node agent replaces the

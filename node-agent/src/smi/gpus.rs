@@ -7,7 +7,7 @@ use fakegpu_api::{
     profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
     report::NodeReport,
     telemetry::{self, Load},
-    topology::{GpuStatus, GpuTopology, MigDevice, PodGpuUsage, long_bus_id},
+    topology::{Caller, GpuStatus, GpuTopology, MigDevice, PodGpuUsage, long_bus_id},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -37,6 +37,15 @@ pub struct Environment {
 }
 
 impl Environment {
+    /// Who this container is, for picking its own pod's use of a GPU.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            pod_uid: self.pod_uid.as_deref(),
+            hostname: self.hostname.as_deref(),
+            visible_devices: self.visible_devices.as_deref(),
+        }
+    }
+
     /// This process's environment and its container's main process (PID 1).
     pub fn from_process() -> Self {
         let var = |name: &str| std::env::var(name).ok();
@@ -54,7 +63,7 @@ impl Environment {
             hostname: var("HOSTNAME"),
             pod_uid: var("POD_UUID"),
             gpu_share: var(container_env::RUNAI_NUM_OF_GPUS),
-            process_id: 1,
+            process_id: Caller::PROCESS_ID,
             process_name,
             document: var(TOPOLOGY_ENV).filter(|path| !path.is_empty()),
             draw_period: telemetry::draw_period(
@@ -250,14 +259,7 @@ struct Used<'a> {
 
 /// Whether the usage entry of pod `uid` on `used` is this container's pod.
 fn ours(env: &Environment, used: &Used<'_>, uid: &str) -> bool {
-    let status = used.status;
-    env.pod_uid.as_deref() == Some(uid)
-        || (status.pod_gpu_usage_status.len() == 1
-            && (env.hostname.as_deref() == Some(status.allocated_by.pod.as_str())
-                || env
-                    .visible_devices
-                    .as_deref()
-                    .is_some_and(|spec| spec.split(',').map(str::trim).any(|id| id == used.id))))
+    env.caller().owns(used.id, used.status, uid)
 }
 
 /// A fractional share from `RUNAI_NUM_OF_GPUS`, when it is one.
@@ -268,9 +270,10 @@ fn share(env: &Environment) -> Option<f64> {
         .filter(|f| *f > 0.0 && *f < 1.0)
 }
 
+/// `gpu` with the index the container sees it by.
 fn process(
     env: &Environment,
-    gpu: &GpuTopology,
+    (index, gpu): (u32, &GpuTopology),
     used: &Used<'_>,
     uid: &str,
     usage: &PodGpuUsage,
@@ -285,7 +288,7 @@ fn process(
         (None, format!("pod {uid}"))
     };
     Process {
-        gpu_index: gpu.index,
+        gpu_index: index,
         gpu_uuid: gpu.id.clone(),
         gpu_instance: used.gpu_instance,
         pid,
@@ -310,11 +313,18 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
     let total = share(env).map_or(topology.gpu_memory, |f| {
         (topology.gpu_memory as f64 * f).floor() as u64
     });
-    let gpus = topology
+    // Numbered from 0 among the GPUs the container sees, as NVML numbers them: a container
+    // given a node's GPU 3 alone calls it GPU 0 (and CUDA_VISIBLE_DEVICES counts the same way).
+    let mut shown: Vec<&GpuTopology> = topology
         .gpus
         .iter()
         .filter(|gpu| visible(env.visible_devices.as_deref(), gpu))
-        .map(|gpu| {
+        .collect();
+    shown.sort_by_key(|gpu| gpu.index);
+    let gpus = shown
+        .into_iter()
+        .zip(0..)
+        .map(|(gpu, index)| {
             let mig_devices = visible_mig(env.visible_devices.as_deref(), topology.gpu_memory, gpu);
             // A partitioned GPU's pods use its instances (those the container sees).
             let parts: Vec<Used<'_>> = if gpu.mig_devices.is_empty() {
@@ -353,7 +363,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                 mine.iter().map(|(_, _, u)| u.fb_used).sum()
             };
             Gpu {
-                index: gpu.index,
+                index,
                 name: topology.gpu_product.clone(),
                 uuid: gpu.id.clone(),
                 bus_id: long_bus_id(&gpu.pci_bus_id),
@@ -371,7 +381,7 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
                 mig_devices,
                 processes: entries
                     .iter()
-                    .map(|(part, uid, u)| process(env, gpu, part, uid, u))
+                    .map(|(part, uid, u)| process(env, (index, gpu), part, uid, u))
                     .collect(),
                 faults: gpu.faults.clone(),
             }

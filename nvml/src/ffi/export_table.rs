@@ -2,14 +2,20 @@
 //! every run (it reports "Mismatch in versions between nvidia-smi and NVML" without it). It
 //! hands out a table of function pointers for one GUID. Observed with the 535.261.03 and
 //! 550.163.01 binaries: slot 81 is "device handle by index" (`fn(index, *device, flags)`), slots
-//! 213-215 fill the process lists behind the Processes box and `--query-compute-apps` (the
-//! count written through their second argument), slot 26 is a logging hook, and every other
-//! slot nvidia-smi reaches is satisfied by success. The ABI is reverse-engineered and may change
-//! with the driver branch: `hack/nvidia-smi-check.sh` runs the real binaries against it.
+//! 213-215 fill the compute, graphics and MPS process lists behind the Processes box and
+//! `--query-compute-apps` (`fn(device, *count, *entries)`: room for 500 going in, entries of
+//! [`DriverProcess`]), slot 26 is a logging hook, and every other slot nvidia-smi reaches is
+//! satisfied by success. The ABI is reverse-engineered and may change with the driver branch:
+//! `node-agent/tests/real_nvidia_smi.rs` runs the real binaries against it.
 
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_char, c_uint, c_void};
 
-use super::{DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, SUCCESS, gpu};
+use super::{
+    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array,
+    processes::{ProcessInfoV2, fill, process_name},
+    resolve,
+};
+use crate::machine::Process;
 
 /// `6c3efec4-8fc9-4e6c-a327-ee696e12f7c4`, as the caller lays it out (a Windows-style GUID:
 /// the first three fields little-endian).
@@ -20,7 +26,34 @@ const GUID: [u8; 16] = [
 /// Slots in the table, the size word included; the highest slot nvidia-smi calls is 215.
 const SLOTS: usize = 256;
 const HANDLE_BY_INDEX: usize = 81;
-const PROCESS_LISTS: [usize; 3] = [213, 214, 215];
+const COMPUTE_PROCESSES: usize = 213;
+/// Graphics and MPS: none, see `processes`.
+const OTHER_PROCESSES: [usize; 2] = [214, 215];
+
+/// The longest process name an entry holds, its NUL included.
+const NAME_BYTES: usize = 4096;
+
+/// One entry of the driver's process lists, 4128 bytes, as the real binaries read it (found by
+/// filling entries and reading what `--query-compute-apps` and the table printed): NVML's
+/// `nvmlProcessInfo_v2_t` fields first, 8 bytes nvidia-smi does not print, then the process's
+/// name, which the table prints (it leaves out a process whose name is empty) where the query
+/// asks `nvmlSystemGetProcessName` instead.
+#[repr(C)]
+pub struct DriverProcess {
+    info: ProcessInfoV2,
+    unread: u64,
+    name: [c_char; NAME_BYTES],
+}
+
+impl From<&Process> for DriverProcess {
+    fn from(process: &Process) -> Self {
+        Self {
+            info: ProcessInfoV2::from(process),
+            unread: 0,
+            name: c_array(&process_name(process.pid).unwrap_or_default()),
+        }
+    }
+}
 
 /// Every slot without a known meaning: success, arguments untouched.
 extern "C" fn succeed() -> Return {
@@ -31,18 +64,22 @@ extern "C" fn handle_by_index(index: c_uint, out: *mut DeviceHandle, _flags: c_u
     unsafe { super::nvmlDeviceGetHandleByIndex_v2(index, out) }
 }
 
-/// No processes: the document knows which pods hold a GPU, not their processes' IDs.
-extern "C" fn no_processes(device: DeviceHandle, count: *mut c_uint) -> Return {
-    if count.is_null() {
-        return ERROR_INVALID_ARGUMENT;
-    }
-    match gpu(device) {
-        Ok(_) | Err(ERROR_NOT_SUPPORTED) => {
-            unsafe { count.write(0) };
-            SUCCESS
-        }
-        Err(error) => error,
-    }
+/// The caller's compute processes on `device`, as NVML's `nvmlDeviceGetComputeRunningProcesses`
+/// lists them.
+extern "C" fn compute_processes(
+    device: DeviceHandle,
+    count: *mut c_uint,
+    entries: *mut DriverProcess,
+) -> Return {
+    answer(resolve(device).map(|h| unsafe { fill(&h.processes(), count, entries) }))
+}
+
+extern "C" fn no_processes(
+    device: DeviceHandle,
+    count: *mut c_uint,
+    entries: *mut DriverProcess,
+) -> Return {
+    answer(resolve(device).map(|_| unsafe { fill(&[], count, entries) }))
 }
 
 struct Table([*const c_void; SLOTS]);
@@ -54,9 +91,10 @@ static TABLE: Table = {
     let mut slots = [succeed as *const c_void; SLOTS];
     slots[0] = (SLOTS * size_of::<*const c_void>()) as *const c_void;
     slots[HANDLE_BY_INDEX] = handle_by_index as *const c_void;
+    slots[COMPUTE_PROCESSES] = compute_processes as *const c_void;
     let mut i = 0;
-    while i < PROCESS_LISTS.len() {
-        slots[PROCESS_LISTS[i]] = no_processes as *const c_void;
+    while i < OTHER_PROCESSES.len() {
+        slots[OTHER_PROCESSES[i]] = no_processes as *const c_void;
         i += 1;
     }
     Table(slots)
@@ -75,4 +113,15 @@ pub unsafe extern "C" fn nvmlInternalGetExportTable(
     }
     unsafe { out.write(TABLE.0.as_ptr().cast()) };
     SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_the_size_nvidia_smi_steps_by() {
+        assert_eq!(size_of::<DriverProcess>(), 4128);
+        assert_eq!(std::mem::offset_of!(DriverProcess, name), 32);
+    }
 }

@@ -304,7 +304,6 @@ not_supported! {
     nvmlSystemGetDriverBranch
     nvmlSystemGetHicVersion
     nvmlSystemGetNvlinkBwMode
-    nvmlSystemGetProcessName
     nvmlSystemGetTopologyGpuSet
     nvmlSystemRegisterEvents
     nvmlSystemSetConfComputeGpusReadyState

@@ -1,53 +1,260 @@
-//! The processes running on a GPU or MIG instance: none that this process can see. The
-//! topology document knows which pods hold a GPU, not their processes' IDs, and the real driver
-//! shows a caller only the processes of its own PID namespace, so an empty list is what a
-//! container or a host-side tool reads for other pods' work. Real NVML answers these queries
-//! on every data-center GPU, so tools that list processes (gpustat, nvitop, pynvml scripts)
-//! get an empty list rather than `NVML_ERROR_NOT_SUPPORTED`.
+//! The processes running on a GPU or MIG instance, and their names. A caller sees its own
+//! pod's use of a GPU as its container's main process (see `machine::Process`); the document
+//! knows which pods hold a GPU, not their processes' IDs, and the real driver shows a caller
+//! only the processes of its own PID namespace, so other pods' work is not listed. Tools that
+//! list processes (nvidia-smi, gpustat, nvitop, pynvml scripts) then see what a container on a
+//! real node sees: its own process and the memory its pod holds.
 
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_char, c_uint, c_ulonglong};
 
-use super::{DeviceHandle, ERROR_INVALID_ARGUMENT, Return, SUCCESS, resolve};
+use super::{
+    ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, Handle, Return, SUCCESS,
+    answer, current, machine, resolve,
+};
+use crate::machine::Process;
 
-/// Answers a process-list query for `handle`: `*count` set to the number of processes (none),
-/// the caller's array (`infos`, of whichever `nvmlProcessInfo` version) left untouched, since
-/// nothing is written to it; a null array is the documented way of asking for the count.
-unsafe fn no_processes(handle: DeviceHandle, count: *mut c_uint, _infos: *mut c_void) -> Return {
-    if count.is_null() {
-        return ERROR_INVALID_ARGUMENT;
-    }
-    match resolve(handle) {
-        Ok(_) => {
-            unsafe { count.write(0) };
-            SUCCESS
+/// `nvmlProcessInfo_v1_t`.
+#[repr(C)]
+pub struct ProcessInfoV1 {
+    pub pid: c_uint,
+    pub used_gpu_memory: c_ulonglong,
+}
+
+/// `nvmlProcessInfo_v2_t`, which is also `nvmlProcessInfo_t` (the `_v3` functions').
+#[repr(C)]
+pub struct ProcessInfoV2 {
+    pub pid: c_uint,
+    pub used_gpu_memory: c_ulonglong,
+    /// `0xFFFFFFFF` outside MIG.
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+/// What NVML writes for a GPU-instance or compute-instance ID outside MIG.
+const NO_INSTANCE: c_uint = c_uint::MAX;
+
+impl From<&Process> for ProcessInfoV1 {
+    fn from(process: &Process) -> Self {
+        Self {
+            pid: process.pid,
+            used_gpu_memory: process.used_memory_bytes,
         }
-        Err(error) => error,
     }
 }
 
-macro_rules! process_lists {
+impl From<&Process> for ProcessInfoV2 {
+    fn from(process: &Process) -> Self {
+        let (gpu_instance_id, compute_instance_id) =
+            process.instance.unwrap_or((NO_INSTANCE, NO_INSTANCE));
+        Self {
+            pid: process.pid,
+            used_gpu_memory: process.used_memory_bytes,
+            gpu_instance_id,
+            compute_instance_id,
+        }
+    }
+}
+
+impl Handle {
+    /// The caller's processes on the GPU or instance now (see `current`).
+    pub(super) fn processes(&self) -> Vec<Process> {
+        match self {
+            Self::Gpu(d) => current(d).map_or_else(|| d.processes.clone(), |n| n.processes),
+            Self::Mig(d, i) => current(d)
+                .and_then(|n| n.mig_devices.into_iter().find(|m| m.uuid == i.uuid))
+                .map_or_else(|| i.processes.clone(), |m| m.processes),
+        }
+    }
+}
+
+/// Fills a caller's process list as NVML does: `*count` is the room in `infos` going in and the
+/// number of processes coming out; too little room (a count of 0 asks how many, `infos` may
+/// then be null) answers `NVML_ERROR_INSUFFICIENT_SIZE` with the number needed.
+pub(super) unsafe fn fill<T: for<'a> From<&'a Process>>(
+    processes: &[Process],
+    count: *mut c_uint,
+    infos: *mut T,
+) -> Return {
+    if count.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    let room = unsafe { count.read() } as usize;
+    unsafe { count.write(processes.len() as c_uint) };
+    if room < processes.len() {
+        return ERROR_INSUFFICIENT_SIZE;
+    }
+    if processes.is_empty() {
+        return SUCCESS;
+    }
+    if infos.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    for (i, process) in processes.iter().enumerate() {
+        unsafe { infos.add(i).write(T::from(process)) };
+    }
+    SUCCESS
+}
+
+/// A compute-process list of `handle` in the layout `T`.
+unsafe fn compute<T: for<'a> From<&'a Process>>(
+    handle: super::DeviceHandle,
+    count: *mut c_uint,
+    infos: *mut T,
+) -> Return {
+    answer(resolve(handle).map(|h| unsafe { fill(&h.processes(), count, infos) }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    handle: super::DeviceHandle,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV1,
+) -> Return {
+    unsafe { compute(handle, count, infos) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    handle: super::DeviceHandle,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> Return {
+    unsafe { compute(handle, count, infos) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    handle: super::DeviceHandle,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> Return {
+    unsafe { compute(handle, count, infos) }
+}
+
+/// Graphics and MPS lists: no simulated pod draws graphics or runs under MPS, so none (real
+/// NVML answers these on every data-center GPU, so tools get an empty list, not an error).
+macro_rules! no_processes {
     ($($name:ident)*) => {
         $(
             #[unsafe(no_mangle)]
             pub unsafe extern "C" fn $name(
-                handle: DeviceHandle,
+                handle: super::DeviceHandle,
                 count: *mut c_uint,
-                infos: *mut c_void,
+                infos: *mut ProcessInfoV2,
             ) -> Return {
-                unsafe { no_processes(handle, count, infos) }
+                answer(resolve(handle).map(|_| unsafe { fill(&[], count, infos) }))
             }
         )*
     };
 }
 
-process_lists! {
-    nvmlDeviceGetComputeRunningProcesses
-    nvmlDeviceGetComputeRunningProcesses_v2
-    nvmlDeviceGetComputeRunningProcesses_v3
+no_processes! {
     nvmlDeviceGetGraphicsRunningProcesses
     nvmlDeviceGetGraphicsRunningProcesses_v2
     nvmlDeviceGetGraphicsRunningProcesses_v3
     nvmlDeviceGetMPSComputeRunningProcesses
     nvmlDeviceGetMPSComputeRunningProcesses_v2
     nvmlDeviceGetMPSComputeRunningProcesses_v3
+}
+
+/// The name a process was started by: the first word of its command line (`python3`,
+/// `/usr/bin/nvidia-smi`), else its kernel name (a process that cleared its command line).
+pub(super) fn process_name(pid: c_uint) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let first = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+    if !first.is_empty() {
+        return Some(String::from_utf8_lossy(first).into_owned());
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_owned()).filter(|name| !name.is_empty())
+}
+
+/// `nvmlSystemGetProcessName`: the name cropped to `length` bytes with its NUL, as NVML crops it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetProcessName(
+    pid: c_uint,
+    name: *mut c_char,
+    length: c_uint,
+) -> Return {
+    answer(machine().and_then(|_| {
+        if name.is_null() || length == 0 {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        let text = process_name(pid).ok_or(ERROR_NOT_FOUND)?;
+        let bytes = &text.as_bytes()[..text.len().min(length as usize - 1)];
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), name, bytes.len());
+            name.add(bytes.len()).write(0);
+        }
+        Ok(SUCCESS)
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(pid: u32, instance: Option<(u32, u32)>) -> Process {
+        Process {
+            pid,
+            used_memory_bytes: u64::from(pid) << 30,
+            instance,
+        }
+    }
+
+    #[test]
+    fn a_list_asks_for_room_then_fills_it() {
+        let processes = [process(1, None), process(7, Some((3, 0)))];
+        let mut count: c_uint = 0;
+        let result = unsafe { fill::<ProcessInfoV2>(&processes, &mut count, std::ptr::null_mut()) };
+        assert_eq!((result, count), (ERROR_INSUFFICIENT_SIZE, 2));
+        let mut infos: Vec<ProcessInfoV2> = (0..3)
+            .map(|_| ProcessInfoV2 {
+                pid: 0,
+                used_gpu_memory: 0,
+                gpu_instance_id: 0,
+                compute_instance_id: 0,
+            })
+            .collect();
+        count = 3;
+        let result = unsafe { fill(&processes, &mut count, infos.as_mut_ptr()) };
+        assert_eq!((result, count), (SUCCESS, 2));
+        assert_eq!(
+            (
+                infos[0].pid,
+                infos[0].used_gpu_memory,
+                infos[0].gpu_instance_id
+            ),
+            (1, 1 << 30, NO_INSTANCE)
+        );
+        assert_eq!(
+            (
+                infos[1].pid,
+                infos[1].gpu_instance_id,
+                infos[1].compute_instance_id
+            ),
+            (7, 3, 0)
+        );
+        // None at all: success with a count of 0, whatever the room.
+        count = 0;
+        let result = unsafe { fill::<ProcessInfoV1>(&[], &mut count, std::ptr::null_mut()) };
+        assert_eq!((result, count), (SUCCESS, 0));
+        let result =
+            unsafe { fill::<ProcessInfoV1>(&[], std::ptr::null_mut(), std::ptr::null_mut()) };
+        assert_eq!(result, ERROR_INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn the_layouts_are_nvmls() {
+        assert_eq!(size_of::<ProcessInfoV1>(), 16);
+        assert_eq!(size_of::<ProcessInfoV2>(), 24);
+    }
+
+    #[test]
+    fn a_process_is_named_by_its_command_line() {
+        let me = std::process::id();
+        let exe = std::env::args().next().unwrap_or_default();
+        assert_eq!(process_name(me), Some(exe));
+        assert_eq!(process_name(u32::MAX), None);
+    }
 }
