@@ -232,6 +232,7 @@ struct NvmlGpu {
     name: String,
     memory_total: u64,
     mig_devices: Vec<NvmlMig>,
+    processes: Vec<NvmlProcess>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -239,6 +240,26 @@ struct NvmlGpu {
 struct NvmlMig {
     uuid: String,
     name: String,
+    processes: Vec<NvmlProcess>,
+}
+
+/// A compute process NVML lists on a GPU, and the name it gives it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvmlProcess {
+    pid: u32,
+    name: String,
+}
+
+/// That NVML lists the probe itself, the container's main process (PID 1 in its PID
+/// namespace), as the one process on a GPU or MIG device the container was given: its pod's
+/// use of the device as the node's document records it.
+fn the_probe_is_the_process(what: &str, processes: &[NvmlProcess]) -> anyhow::Result<()> {
+    ensure!(
+        matches!(processes, [p] if p.pid == 1 && p.name == "/nvml-probe"),
+        "NVML's processes on {what}: {processes:?}, not the probe as PID 1"
+    );
+    Ok(())
 }
 
 /// Runs the NVML probe in a pod on the real node with `resources` and `spec` (as
@@ -253,6 +274,7 @@ async fn nvml_in_pod(
     spec["containers"] = json!([{
         "name": "main", "image": NVML_PROBE_IMAGE, "imagePullPolicy": "Never",
         "command": ["/nvml-probe"], "resources": resources,
+        "env": [{"name": "NVML_PROBE_AWAIT_PROCESS", "value": "60"}],
     }]);
     let output = run_on_real_node(client, namespace, name, "", json!({}), spec).await?;
     serde_json::from_str(output.trim()).with_context(|| format!("the probe printed {output}"))
@@ -284,7 +306,7 @@ fn nvml_sees_one_gpu(
         "NVML's memory of {gpu:?}, the document's {} MiB",
         document.gpu_memory
     );
-    Ok(())
+    the_probe_is_the_process("its GPU", &gpu.processes)
 }
 
 /// Creates ResourceClaimTemplate `name` whose claims ask for `devices` (`spec.devices`).
@@ -853,7 +875,8 @@ async fn mig_mixed(client: &Client, pool: &str, namespace: &str) -> anyhow::Resu
         gpu.uuid == parent.id && seen == [(instance[0].as_str(), expected.as_str())],
         "NVML in a container given {instance:?} shows {gpu:?}"
     );
-    Ok(())
+    the_probe_is_the_process("its MIG device", &gpu.mig_devices[0].processes)?;
+    the_probe_is_the_process("its MIG device's GPU", &gpu.processes)
 }
 
 #[tokio::test]

@@ -1,21 +1,35 @@
 // nvml-probe prints what NVML shows the process it runs in, as one JSON object: the driver
-// version and each GPU with its MIG devices. The real-node e2e runs it in GPU pods (image
-// fakegpu.local/nvml-probe, built by hack/node.sh) to check that a container's NVML users see
-// the GPUs the container was given, through the library the node agent mounts.
+// version and each GPU with its MIG devices and the compute processes on them. The real-node
+// e2e runs it in GPU pods (image fakegpu.local/nvml-probe, built by hack/node.sh) to check that
+// a container's NVML users see the GPUs the container was given, and their own process on them,
+// through the library the node agent mounts.
+//
+// NVML_PROBE_AWAIT_PROCESS=<seconds> makes it look again every half second, up to that long,
+// until some GPU lists a process: the pod's use of its GPU reaches the node's document a moment
+// after the pod is bound, and the container may start first.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
+type process struct {
+	Pid        uint32 `json:"pid"`
+	Name       string `json:"name"`
+	UsedMemory uint64 `json:"usedMemory"`
+}
+
 type migDevice struct {
-	UUID        string `json:"uuid"`
-	Name        string `json:"name"`
-	MemoryTotal uint64 `json:"memoryTotal"`
+	UUID        string    `json:"uuid"`
+	Name        string    `json:"name"`
+	MemoryTotal uint64    `json:"memoryTotal"`
+	Processes   []process `json:"processes"`
 }
 
 type gpu struct {
@@ -23,6 +37,7 @@ type gpu struct {
 	Name        string      `json:"name"`
 	MemoryTotal uint64      `json:"memoryTotal"`
 	MigDevices  []migDevice `json:"migDevices"`
+	Processes   []process   `json:"processes"`
 }
 
 type report struct {
@@ -49,18 +64,32 @@ func identify(what string, device nvml.Device) (string, string, uint64) {
 	return uuid, name, memory.Total
 }
 
-func main() {
-	check("Init", nvml.Init())
-	driver, ret := nvml.SystemGetDriverVersion()
-	check("SystemGetDriverVersion", ret)
+// processes lists device's compute processes with the names NVML gives them.
+func processes(what string, device nvml.Device) []process {
+	infos, ret := device.GetComputeRunningProcesses()
+	check(what+" GetComputeRunningProcesses", ret)
+	out := []process{}
+	for _, info := range infos {
+		name, ret := nvml.SystemGetProcessName(int(info.Pid))
+		check(what+" SystemGetProcessName", ret)
+		out = append(out, process{Pid: info.Pid, Name: name, UsedMemory: info.UsedGpuMemory})
+	}
+	return out
+}
+
+// look reads what NVML shows now, and whether any GPU or MIG device lists a process.
+func look(driver string) (report, bool) {
 	count, ret := nvml.DeviceGetCount()
 	check("DeviceGetCount", ret)
 	out := report{Driver: driver, GPUs: []gpu{}}
+	busy := false
 	for i := 0; i < count; i++ {
 		device, ret := nvml.DeviceGetHandleByIndex(i)
 		check("DeviceGetHandleByIndex", ret)
 		g := gpu{MigDevices: []migDevice{}}
 		g.UUID, g.Name, g.MemoryTotal = identify("GPU", device)
+		g.Processes = processes("GPU", device)
+		busy = busy || len(g.Processes) > 0
 		if current, _, ret := device.GetMigMode(); ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {
 			slots, ret := device.GetMaxMigDeviceCount()
 			check("GetMaxMigDeviceCount", ret)
@@ -72,10 +101,25 @@ func main() {
 				check("GetMigDeviceHandleByIndex", ret)
 				var m migDevice
 				m.UUID, m.Name, m.MemoryTotal = identify("MIG", mig)
+				m.Processes = processes("MIG", mig)
 				g.MigDevices = append(g.MigDevices, m)
 			}
 		}
 		out.GPUs = append(out.GPUs, g)
+	}
+	return out, busy
+}
+
+func main() {
+	check("Init", nvml.Init())
+	driver, ret := nvml.SystemGetDriverVersion()
+	check("SystemGetDriverVersion", ret)
+	wait, _ := strconv.Atoi(os.Getenv("NVML_PROBE_AWAIT_PROCESS"))
+	deadline := time.Now().Add(time.Duration(wait) * time.Second)
+	out, busy := look(driver)
+	for !busy && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		out, busy = look(driver)
 	}
 	check("Shutdown", nvml.Shutdown())
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
