@@ -149,6 +149,15 @@ impl MigDevice {
         }
     }
 
+    /// The instance's BAR1 memory, MiB, as the driver reports it: its share of the GPU's
+    /// aperture (taken as the framebuffer, `gpu_memory` MiB, rounded up to a power of two) less
+    /// one MiB, which gives what real captures show (8191 MiB per memory slice on an A100 40GB,
+    /// 16383 on 80 GB; NVIDIA's nvidia-smi prints the driver's value as it is).
+    pub fn bar1_mib(&self, gpu_memory: u64) -> u64 {
+        let per_slice = gpu_memory.next_power_of_two() / u64::from(MIG_MEMORY_SLICES);
+        (per_slice * u64::from(self.memory_slices.max(1))).saturating_sub(1)
+    }
+
     /// The GPU-instance ID the driver gives this instance (nvidia-smi's `GI ID`, dcgm-exporter's
     /// `GPU_I_ID`). Real drivers number the aligned runs of memory slices as a binary tree over
     /// the GPU's eight: the whole GPU 0, halves 1-2, quarters 3-6, eighths 7-14; captures of

@@ -641,6 +641,16 @@ func TestMigProfilesAreTheDrivers(t *testing.T) {
 			one, ret := gi.GetComputeInstanceProfileInfoV(nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED).V2()
 			check(t, "one-slice compute-instance profile", cString(one.Name[:]), ret, "MIG 1c."+want.Profile)
 		}
+		// What NVIDIA's nvidia-smi needs for a row of its MIG devices table: the device's
+		// index under its GPU, its BAR1 share (a MiB less than the slices' share of the
+		// aperture, as drivers report it) and its ECC counter.
+		index, ret := migs[j].GetIndex()
+		check(t, "MIG device index", index, ret, j)
+		bar1, ret := migs[j].GetBAR1MemoryInfo()
+		check(t, "MIG BAR1 total", bar1.Bar1Total, ret, uint64(want.MemorySlices*16384-1)*mib)
+		check(t, "MIG BAR1 used", bar1.Bar1Used, ret, 0)
+		errors, ret := migs[j].GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, nvml.MEMORY_LOCATION_SRAM)
+		check(t, "MIG uncorrected volatile errors", errors, ret, 0)
 	}
 	if _, ret := split.GetGpuInstanceById(99); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("a GPU instance that is not there: %v, want ERROR_NOT_FOUND", ret)

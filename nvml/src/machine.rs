@@ -127,6 +127,8 @@ pub struct MigInstance {
     pub memory_bytes: u64,
     /// Framebuffer the pods on the instance hold, bytes.
     pub memory_used_bytes: u64,
+    /// Its share of the GPU's BAR1 aperture, bytes.
+    pub bar1_bytes: u64,
     /// The caller's processes on the instance.
     pub processes: Vec<Process>,
 }
@@ -221,7 +223,7 @@ fn device(
         .mig_devices
         .iter()
         .filter(|mig| visible.shows_instance(gpu, mig))
-        .map(|mig| mig_instance(&document.gpu_product, mig, caller))
+        .map(|mig| mig_instance(&document.gpu_product, document.gpu_memory, mig, caller))
         .collect();
     // On a partitioned GPU the processes run on its instances, and the GPU lists them all.
     let processes = processes(caller, &gpu.id, &gpu.status, None)
@@ -266,7 +268,12 @@ fn device(
     }
 }
 
-fn mig_instance(product: &str, mig: &MigDevice, caller: Caller<'_>) -> MigInstance {
+fn mig_instance(
+    product: &str,
+    gpu_memory: u64,
+    mig: &MigDevice,
+    caller: Caller<'_>,
+) -> MigInstance {
     let (gpu_instance, compute_instance) = instances(mig);
     let ids = (gpu_instance.id, compute_instance.id);
     MigInstance {
@@ -277,6 +284,7 @@ fn mig_instance(product: &str, mig: &MigDevice, caller: Caller<'_>) -> MigInstan
         compute_instance,
         memory_bytes: mig.memory * MIB,
         memory_used_bytes: mig.status.memory_used(mig.memory) * MIB,
+        bar1_bytes: mig.bar1_mib(gpu_memory) * MIB,
     }
 }
 

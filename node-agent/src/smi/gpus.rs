@@ -4,10 +4,10 @@
 use fakegpu_api::{
     faults::GpuFaults,
     names::{container_env, nvml::TOPOLOGY_ENV},
-    profiles::{MIG_MEMORY_SLICES, MigEngines, profile_by_product},
+    profiles::{MigEngines, profile_by_product},
     report::NodeReport,
     telemetry::{self, Load},
-    topology::{Caller, GpuStatus, GpuTopology, MigDevice, PodGpuUsage, long_bus_id},
+    topology::{Caller, GpuStatus, GpuTopology, PodGpuUsage, long_bus_id},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -209,14 +209,6 @@ fn visible(spec: Option<&str>, gpu: &GpuTopology) -> bool {
     })
 }
 
-/// BAR1 of an instance, MiB: its share of the GPU's aperture, less one MiB as drivers print it.
-/// The aperture is taken as the framebuffer rounded up to a power of two, which gives the values
-/// real A100 40GB/80GB captures show (8191 MiB per memory slice on 40 GB, 16383 on 80 GB).
-fn bar1_mib(gpu_memory: u64, mig: &MigDevice) -> u64 {
-    let per_slice = gpu_memory.next_power_of_two() / u64::from(MIG_MEMORY_SLICES);
-    (per_slice * u64::from(mig.memory_slices.max(1))).saturating_sub(1)
-}
-
 /// The MIG instances of `gpu` the container sees: those it was given, or all of them when it
 /// was given the whole GPU (or everything).
 fn visible_mig(spec: Option<&str>, gpu_memory: u64, gpu: &GpuTopology) -> Vec<MigInstance> {
@@ -242,7 +234,7 @@ fn visible_mig(spec: Option<&str>, gpu_memory: u64, gpu: &GpuTopology) -> Vec<Mi
             gpu_instance: m.gpu_instance_id(),
             memory_total: m.memory,
             memory_used: m.status.memory_used(m.memory),
-            bar1_total: bar1_mib(gpu_memory, m),
+            bar1_total: m.bar1_mib(gpu_memory),
             multiprocessors: m.multiprocessors,
             engines: m.engines,
         })

@@ -16,6 +16,9 @@ struct Layout {
     middle: usize,
     /// The PID column is 6 wider from driver 570.
     wide_pid: bool,
+    /// The MIG table's engine headers are spaced out from driver 570 (550 prints 535's,
+    /// checked against NVIDIA's 550 binary).
+    spaced_engines: bool,
     /// The line under the banner starts with `+` from driver 580 (`|` before).
     plus_under_banner: bool,
     /// Digits the power cap is right-aligned in: 4, or 3 before driver 545 (`40W / 400W`).
@@ -32,6 +35,7 @@ impl Layout {
         Self {
             middle: if major >= 545 { 24 } else { 22 },
             wide_pid: major >= 570,
+            spaced_engines: major >= 570,
             plus_under_banner: major >= 580,
             power_cap: if major >= 545 { 4 } else { 3 },
         }
@@ -219,7 +223,7 @@ fn mig_devices(layout: &Layout, machine: &Machine, out: &mut String) {
     let _ = writeln!(out, "|{:<inner$}|", " MIG devices:");
     let _ = writeln!(out, "{}", layout.mig_border("-"));
     let width = layout.mig_memory() - 1;
-    let (shared, engines) = if layout.middle == 24 {
+    let (shared, engines) = if layout.spaced_engines {
         ("        Shared", " CE ENC  DEC  OFA  JPG")
     } else {
         ("      Shared", " CE ENC DEC OFA JPG")

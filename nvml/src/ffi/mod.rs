@@ -439,8 +439,18 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
 }
 
 #[unsafe(no_mangle)]
+/// A GPU's NVML index; a MIG device's index among its GPU's, the one
+/// `nvmlDeviceGetMigDeviceHandleByIndex` takes (NVIDIA's nvidia-smi prints it as `MIG Dev`, and
+/// lists no MIG device it cannot number).
 pub unsafe extern "C" fn nvmlDeviceGetIndex(handle: DeviceHandle, out: *mut c_uint) -> Return {
-    answer(gpu(handle).map(|d| unsafe { put(out, d.index) }))
+    answer(resolve(handle).and_then(|h| match h {
+        Handle::Gpu(d) => Ok(unsafe { put(out, d.index) }),
+        Handle::Mig(d, i) => {
+            let index = d.mig_devices.iter().position(|m| std::ptr::eq(m, i));
+            let index = index.ok_or(ERROR_INVALID_ARGUMENT)?;
+            Ok(unsafe { put(out, index as c_uint) })
+        }
+    }))
 }
 
 #[unsafe(no_mangle)]
@@ -510,6 +520,47 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(handle: DeviceHandle, out: *mut
             )
         }
     }))
+}
+
+/// `nvmlBAR1Memory_t`, bytes.
+#[repr(C)]
+pub struct Bar1Memory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// A MIG device's BAR1 aperture, none of it mapped: NVIDIA's nvidia-smi lists no MIG device
+/// without it. Whole GPUs' apertures vary by board in ways the catalog does not record, so
+/// they answer `NVML_ERROR_NOT_SUPPORTED`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBAR1MemoryInfo(
+    handle: DeviceHandle,
+    out: *mut Bar1Memory,
+) -> Return {
+    answer(mig(handle, ERROR_NOT_SUPPORTED).map(|(_, i)| unsafe {
+        put(
+            out,
+            Bar1Memory {
+                total: i.bar1_bytes,
+                free: i.bar1_bytes,
+                used: 0,
+            },
+        )
+    }))
+}
+
+/// A MIG device's memory error counts, which nvidia-smi's MIG table prints: none (injected ECC
+/// errors are the whole GPU's, `nvmlDeviceGetTotalEccErrors`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryErrorCounter(
+    handle: DeviceHandle,
+    _error_type: c_uint,
+    _counter_type: c_uint,
+    _location: c_uint,
+    out: *mut u64,
+) -> Return {
+    answer(mig(handle, ERROR_NOT_SUPPORTED).map(|_| unsafe { put(out, 0) }))
 }
 
 #[unsafe(no_mangle)]

@@ -36,7 +36,6 @@ not_supported! {
     nvmlDeviceGetAddressingMode
     nvmlDeviceGetApplicationsClock
     nvmlDeviceGetAutoBoostedClocksEnabled
-    nvmlDeviceGetBAR1MemoryInfo
     nvmlDeviceGetBBXTimeData_v1
     nvmlDeviceGetBankRemapperStatus_v1
     nvmlDeviceGetBoardId
@@ -113,7 +112,6 @@ not_supported! {
     nvmlDeviceGetMemClkVfOffset
     nvmlDeviceGetMemoryAffinity
     nvmlDeviceGetMemoryBusWidth
-    nvmlDeviceGetMemoryErrorCounter
     nvmlDeviceGetMemoryLimits_v1
     nvmlDeviceGetMinMaxClockOfPState
     nvmlDeviceGetMinMaxFanSpeed
