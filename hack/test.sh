@@ -33,6 +33,9 @@ cargo build --locked -p fakegpu-nvml
 FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so CGO_CFLAGS=-Wno-deprecated-declarations \
   go -C hack/nvml-check test ./... -count=1 -v
 
+step "NVML's Python users (nvidia-ml-py, gpustat, nvitop) against the library (hack/nvml-python.sh)"
+FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so hack/nvml-python.sh
+
 step "NVIDIA's own nvidia-smi (535, 550) against the library prints what fakegpu's prints"
 FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so \
   cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored --exact \

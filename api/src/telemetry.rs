@@ -80,9 +80,9 @@ impl Load {
     }
 
     /// Memory-controller activity, percent (`utilization.memory`, `DCGM_FI_DEV_MEM_COPY_UTIL`):
-    /// two fifths of the GPU's.
+    /// see [`memory_activity`].
     pub fn memory_utilization(&self) -> u32 {
-        u32::from(self.utilization.min(100)) * 2 / 5
+        memory_activity(self.utilization)
     }
 
     /// Share of cycles the tensor pipes are active: half the time the GPU is busy (training
@@ -105,6 +105,12 @@ impl Load {
     pub fn pcie_tx_rate(&self) -> f64 {
         self.pcie_rx_rate() / 10.0
     }
+}
+
+/// Memory-controller activity of work keeping the SMs `utilization` percent busy: two fifths
+/// of it (a GPU's, or one process's share of it).
+pub fn memory_activity(utilization: u8) -> u32 {
+    u32::from(utilization.min(100)) * 2 / 5
 }
 
 /// How long a drawn utilization holds by default, seconds: a dashboard sees values that move,

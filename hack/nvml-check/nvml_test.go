@@ -314,6 +314,19 @@ func TestAContainerSeesItsOwnProcess(t *testing.T) {
 		}
 		name, ret := lib.SystemGetProcessName(1)
 		check(t, "name of PID 1", name, ret, strings.SplitN(string(cmdline), "\x00", 2)[0])
+		// How busy it keeps the GPU (nvitop's %SM and %GMBW): its pod's draw, 10 % here.
+		samples, ret := gpu0.GetProcessUtilization(0)
+		if ret != nvml.SUCCESS || len(samples) != 1 || samples[0].Pid != 1 || samples[0].SmUtil != 10 || samples[0].MemUtil != 4 {
+			t.Errorf("GPU 0 process utilization: %+v, %v; want PID 1 at 10 %% SM, 4 %% memory", samples, ret)
+		}
+		if _, ret := gpu1.GetProcessUtilization(0); ret != nvml.ERROR_NOT_FOUND {
+			t.Errorf("GPU 1 (another pod's) process utilization: %v, want ERROR_NOT_FOUND", ret)
+		}
+		// The versioned temperature query (nvitop asks it first) reads the same sensor.
+		plain, ret := gpu0.GetTemperature(nvml.TEMPERATURE_GPU)
+		check(t, "GPU 0 temperature", plain, ret, 34)
+		versioned, ret := gpu0.GetTemperatureV().V1()
+		check(t, "GPU 0 temperature (versioned)", versioned.Temperature, ret, int32(plain))
 	})
 
 	t.Run("a container given GPU 1", func(t *testing.T) {

@@ -3,7 +3,7 @@
 
 use fakegpu_api::{
     profiles::profile_by_product,
-    telemetry::{Load, drawn_total, gpu_utilization},
+    telemetry::{Load, drawn_total, drawn_utilization, gpu_utilization},
     topology::{Caller, GpuStatus, GpuTopology, MigDevice, NodeTopology},
 };
 
@@ -142,23 +142,27 @@ pub struct Process {
     pub used_memory_bytes: u64,
     /// The GPU- and compute-instance IDs of the MIG instance it runs on; `None` on a whole GPU.
     pub instance: Option<(u32, u32)>,
+    /// How busy it keeps the SMs, percent: its pod's draw for the period, as the exporter draws.
+    pub sm_utilization: u8,
 }
 
-/// The caller's processes among the pods `status` (of the GPU or MIG instance `unit`) lists.
+/// The caller's processes among the pods `status` (of the GPU or MIG instance `unit`) lists,
+/// busy as their draws of `period` make them.
 fn processes(
     caller: Caller<'_>,
-    unit: &str,
-    status: &GpuStatus,
+    (unit, status): (&str, &GpuStatus),
     instance: Option<(u32, u32)>,
+    period: u64,
 ) -> Vec<Process> {
     status
         .pod_gpu_usage_status
         .iter()
         .filter(|(uid, _)| caller.owns(unit, status, uid))
-        .map(|(_, usage)| Process {
+        .map(|(uid, usage)| Process {
             pid: Caller::PROCESS_ID,
             used_memory_bytes: usage.fb_used * MIB,
             instance,
+            sm_utilization: drawn_utilization(uid, unit, usage.utilization, period),
         })
         .collect()
 }
@@ -223,10 +227,10 @@ fn device(
         .mig_devices
         .iter()
         .filter(|mig| visible.shows_instance(gpu, mig))
-        .map(|mig| mig_instance(&document.gpu_product, document.gpu_memory, mig, caller))
+        .map(|mig| mig_instance(document, mig, caller, period))
         .collect();
     // On a partitioned GPU the processes run on its instances, and the GPU lists them all.
-    let processes = processes(caller, &gpu.id, &gpu.status, None)
+    let processes = processes(caller, (&gpu.id, &gpu.status), None, period)
         .into_iter()
         .chain(mig_devices.iter().flat_map(|m| m.processes.iter().cloned()))
         .collect();
@@ -268,23 +272,24 @@ fn device(
     }
 }
 
+/// Instance `mig` of a GPU of `document`, with `caller`'s processes on it busy as in `period`.
 fn mig_instance(
-    product: &str,
-    gpu_memory: u64,
+    document: &NodeTopology,
     mig: &MigDevice,
     caller: Caller<'_>,
+    period: u64,
 ) -> MigInstance {
     let (gpu_instance, compute_instance) = instances(mig);
     let ids = (gpu_instance.id, compute_instance.id);
     MigInstance {
-        processes: processes(caller, &mig.uuid, &mig.status, Some(ids)),
+        processes: processes(caller, (&mig.uuid, &mig.status), Some(ids), period),
         uuid: mig.uuid.clone(),
-        name: format!("{product} MIG {}", mig.profile),
+        name: format!("{} MIG {}", document.gpu_product, mig.profile),
         gpu_instance,
         compute_instance,
         memory_bytes: mig.memory * MIB,
         memory_used_bytes: mig.status.memory_used(mig.memory) * MIB,
-        bar1_bytes: mig.bar1_mib(gpu_memory) * MIB,
+        bar1_bytes: mig.bar1_mib(document.gpu_memory) * MIB,
     }
 }
 

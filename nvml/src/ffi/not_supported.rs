@@ -148,7 +148,6 @@ not_supported! {
     nvmlDeviceGetPowerMizerMode_v1
     nvmlDeviceGetPowerSource
     nvmlDeviceGetPowerState
-    nvmlDeviceGetProcessUtilization
     nvmlDeviceGetProcessesUtilizationInfo
     nvmlDeviceGetRemappedRows
     nvmlDeviceGetRemappedRows_v2
@@ -170,7 +169,6 @@ not_supported! {
     nvmlDeviceGetSupportedVgpus
     nvmlDeviceGetTargetFanSpeed
     nvmlDeviceGetTemperatureThreshold
-    nvmlDeviceGetTemperatureV
     nvmlDeviceGetThermalSettings
     nvmlDeviceGetTopologyNearestGpus
     nvmlDeviceGetTotalEnergyConsumption

@@ -11,6 +11,8 @@ use super::{
     ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, Handle, Return, SUCCESS,
     answer, current, machine, resolve,
 };
+use fakegpu_api::telemetry::memory_activity;
+
 use crate::machine::Process;
 
 /// `nvmlProcessInfo_v1_t`.
@@ -131,6 +133,67 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     unsafe { compute(handle, count, infos) }
 }
 
+/// `nvmlProcessUtilizationSample_t`.
+#[repr(C)]
+pub struct ProcessUtilizationSample {
+    pub pid: c_uint,
+    /// CPU time of the sample, microseconds since the epoch.
+    pub time_stamp: c_ulonglong,
+    pub sm: c_uint,
+    pub memory: c_uint,
+    pub encoder: c_uint,
+    pub decoder: c_uint,
+}
+
+/// The caller's processes' utilization on a whole GPU (nvitop's `%SM` and `%GMBW`): each
+/// process's draw for this period, sampled now. As NVML: a partitioned GPU or a MIG device does
+/// not support it, no busy process is `NVML_ERROR_NOT_FOUND`, a null buffer (or too small a
+/// one) asks how many samples there are.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    handle: super::DeviceHandle,
+    samples: *mut ProcessUtilizationSample,
+    count: *mut c_uint,
+    last_seen: c_ulonglong,
+) -> Return {
+    answer(resolve(handle).and_then(|h| {
+        if count.is_null() {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        if !matches!(h, Handle::Gpu(device) if !device.mig_enabled) {
+            return Err(super::ERROR_NOT_SUPPORTED);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as c_ulonglong);
+        let busy: Vec<Process> = h
+            .processes()
+            .into_iter()
+            .filter(|p| p.sm_utilization > 0 && now > last_seen)
+            .collect();
+        if busy.is_empty() {
+            return Err(ERROR_NOT_FOUND);
+        }
+        let room = unsafe { count.read() } as usize;
+        unsafe { count.write(busy.len() as c_uint) };
+        if samples.is_null() || room < busy.len() {
+            return Err(ERROR_INSUFFICIENT_SIZE);
+        }
+        for (i, process) in busy.iter().enumerate() {
+            let sample = ProcessUtilizationSample {
+                pid: process.pid,
+                time_stamp: now,
+                sm: c_uint::from(process.sm_utilization),
+                memory: memory_activity(process.sm_utilization),
+                encoder: 0,
+                decoder: 0,
+            };
+            unsafe { samples.add(i).write(sample) };
+        }
+        Ok(SUCCESS)
+    }))
+}
+
 /// Graphics and MPS lists: no simulated pod draws graphics or runs under MPS, so none (real
 /// NVML answers these on every data-center GPU, so tools get an empty list, not an error).
 macro_rules! no_processes {
@@ -199,6 +262,7 @@ mod tests {
             pid,
             used_memory_bytes: u64::from(pid) << 30,
             instance,
+            sm_utilization: 0,
         }
     }
 
@@ -248,6 +312,7 @@ mod tests {
     fn the_layouts_are_nvmls() {
         assert_eq!(size_of::<ProcessInfoV1>(), 16);
         assert_eq!(size_of::<ProcessInfoV2>(), 24);
+        assert_eq!(size_of::<ProcessUtilizationSample>(), 32);
     }
 
     #[test]

@@ -8,7 +8,8 @@ use std::ffi::{c_uint, c_ulonglong};
 use fakegpu_api::telemetry::{MEMORY_CLOCK, SM_CLOCK_MAX};
 
 use super::{
-    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, answer, gpu_now, put,
+    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, answer, expect_version,
+    gpu_now, put,
 };
 use crate::machine::Device;
 
@@ -63,6 +64,37 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
             _ => Err(ERROR_INVALID_ARGUMENT),
         })
     }
+}
+
+/// `nvmlTemperature_v1_t`: the caller names the sensor, the library writes the reading.
+#[repr(C)]
+pub struct TemperatureV1 {
+    pub version: c_uint,
+    pub sensor: c_uint,
+    pub temperature: std::ffi::c_int,
+}
+
+/// `nvmlTemperature_v1`: the struct's size, version 1 in the top byte.
+const TEMPERATURE_V1: c_uint = size_of::<TemperatureV1>() as c_uint | (1 << 24);
+
+/// The versioned temperature query newer NVML users (nvitop) ask first.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(
+    handle: DeviceHandle,
+    out: *mut TemperatureV1,
+) -> Return {
+    answer(
+        unsafe { expect_version(out.cast(), TEMPERATURE_V1) }.and_then(|()| {
+            let sensor = unsafe { (*out).sensor };
+            let device = gpu_now(handle)?;
+            let reading = match sensor {
+                TEMPERATURE_GPU => device.load.gpu_temperature(),
+                _ => return Err(ERROR_INVALID_ARGUMENT),
+            };
+            unsafe { (*out).temperature = reading as std::ffi::c_int };
+            Ok(super::SUCCESS)
+        }),
+    )
 }
 
 #[unsafe(no_mangle)]
