@@ -14,4 +14,6 @@ if [[ ! -x $env/bin/python ]]; then
 fi
 [[ -n ${FAKEGPU_NVML_LIBRARY:-} ]] || { echo "FAKEGPU_NVML_LIBRARY must name the built library" >&2; exit 1; }
 cd "$repo/hack/nvml-python"
+# No __pycache__ left in the checkout.
+export PYTHONDONTWRITEBYTECODE=1
 "$env/bin/python" -m unittest -v test_consumers
