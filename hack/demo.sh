@@ -141,8 +141,9 @@ show get node "$real_node" -o 'custom-columns=NODE:.metadata.name,POOL:.metadata
 show exec -n demo real-gpu-pod -- nvidia-smi
 show exec -n demo real-gpu-pod -- nvidia-smi -L
 # NVML's own users in a GPU container: go-nvml (as pynvml and frameworks do) loads
-# libnvidia-ml.so.1 by name and sees the container's GPU (the node's other one); the probe's
-# image carries Debian 11's glibc 2.31, as Ubuntu 20.04-based CUDA images do.
+# libnvidia-ml.so.1 by name and sees the container's GPU (the node's other one) with its own
+# process on it (waiting up to 30 s for the pod's use to reach the node's document); the
+# probe's image carries Debian 11's glibc 2.31, as Ubuntu 20.04-based CUDA images do.
 $kubectl apply -n demo -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -156,6 +157,7 @@ spec:
     image: fakegpu.local/nvml-probe:v1
     imagePullPolicy: Never
     command: [/nvml-probe]
+    env: [{name: NVML_PROBE_AWAIT_PROCESS, value: "30"}]
     resources: {limits: {nvidia.com/gpu: 1}}
 EOF
 $kubectl wait -n demo pod/nvml-probe --for=jsonpath='{.status.phase}'=Succeeded --timeout=90s >/dev/null
