@@ -111,6 +111,12 @@ fn cut_end(text: &str, width: usize) -> String {
     }
 }
 
+/// The longest process name the table prints whole; a longer one keeps its last 35 characters
+/// after `...`. NVIDIA's 535 and 550 binaries both do so (checked with names of 37 to 71
+/// characters), whatever their column's width; the 570 layout's narrower column is assumed to
+/// cut a character before it ends, as this did before the check.
+const PROCESS_NAME_CHARS: usize = 38;
+
 /// `text` cut to `width` characters, keeping its end and starting with `...` (paths).
 fn cut_start(text: &str, width: usize) -> String {
     let count = text.chars().count();
@@ -307,7 +313,7 @@ fn processes(layout: &Layout, machine: &Machine, out: &mut String) {
             "|{:>5}{ids}{pid:>pid_width$}{:>7}   {:<name_width$}{:>10} |",
             process.gpu_index,
             "C",
-            cut_start(&process.name, name_width - 1),
+            cut_start(&process.name, (name_width - 1).min(PROCESS_NAME_CHARS)),
             format!("{}MiB", process.used_memory),
         );
     }
@@ -464,6 +470,34 @@ mod tests {
         let old = table(&machine("550.163.01", "NVIDIA B200"), "date");
         let row = old.lines().find(|l| l.contains("3170")).unwrap();
         assert_eq!(row.find("3170"), Some(23));
+    }
+
+    #[test]
+    fn process_names_are_cut_where_nvidia_s_binaries_cut_them() {
+        for driver in ["535.261.03", "550.163.01"] {
+            let name_in_row = |name: &str| {
+                let mut machine = machine(driver, "NVIDIA H100 80GB HBM3");
+                machine.gpus[0].processes[0].name = name.to_owned();
+                let text = table(&machine, "date");
+                let row = text
+                    .lines()
+                    .find(|l| l.contains("1234MiB |"))
+                    .map(str::to_owned);
+                row.unwrap_or_default()
+            };
+            let whole = format!("/{}", "a".repeat(37));
+            assert!(
+                name_in_row(&whole).contains(&format!(" {whole} ")),
+                "{driver}"
+            );
+            let long = format!("/{}", "b".repeat(38));
+            let cut = format!(" ...{} ", "b".repeat(35));
+            assert!(
+                name_in_row(&long).contains(&cut),
+                "{driver}: {}",
+                name_in_row(&long)
+            );
+        }
     }
 
     /// An A100 40GB with a 3g.20gb instance at slice 0 (GI 1) holding a pod's process.
