@@ -130,7 +130,8 @@ hack/node.sh bundle --pull-from "$registry"
 step "e2e tests on the real node, inside real containers"
 # NVIDIA's GPU feature discovery and device plugin, for the `backend: mock` test.
 hack/nvidia-components.sh >/dev/null
-FAKEGPU_REAL_NODE=$(hack/node.sh name) \
+# NVIDIA's nvidia-smi on the host, for the host's view of the pods' processes.
+FAKEGPU_REAL_NODE=$(hack/node.sh name) FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) \
   cargo test --locked -p fakegpu-e2e --test real_node -- --ignored --test-threads=1
 
 step "the archives load as kind loads them (ctr import --all-platforms --digests)"

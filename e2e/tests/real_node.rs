@@ -1271,7 +1271,68 @@ async fn kubelet_choice(client: &Client, pool: &str, namespace: &str) -> anyhow:
             Ok(Some(()))
         },
     )
+    .await?;
+    // On the node's host, NVIDIA's own nvidia-smi through the library and document the node
+    // agent keeps there lists the pod's work on that GPU under its host PID: the process that
+    // started the pod's container (its cgroup names the pod, its command is the pod's).
+    let uid = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get("given")
+        .await?
+        .metadata
+        .uid
+        .context("pod given has no UID")?;
+    eventually(
+        "NVIDIA's nvidia-smi on the host lists the pod's process",
+        CONVERGE,
+        || async {
+            let apps =
+                host_nvidia_smi(&["--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"])?;
+            let pids: Vec<u32> = apps
+                .lines()
+                .filter_map(|line| line.strip_suffix(&format!(", {given}")))
+                .filter_map(|pid| pid.trim().parse().ok())
+                .collect();
+            let [pid] = pids.as_slice() else {
+                bail!("the host's nvidia-smi lists {pids:?} on {given}: {apps:?}");
+            };
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+            let command = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+            ensure!(
+                cgroup.contains(&format!("pod{uid}")) && command.windows(5).any(|w| w == b"sleep"),
+                "PID {pid} is not the pod's: cgroup {cgroup:?}, command {:?}",
+                String::from_utf8_lossy(&command)
+            );
+            Ok(Some(()))
+        },
+    )
     .await
+}
+
+/// NVIDIA's nvidia-smi (hack/nvidia-smi.sh's 550, FAKEGPU_REAL_NVIDIA_SMI naming its folder)
+/// run on the node's host with `args`, loading the library the node agent keeps in
+/// `/var/lib/fakegpu/nvml` and its document there, as a host-side tool with a driver root
+/// would; as no pod (no HOSTNAME, POD_UUID or NVIDIA_VISIBLE_DEVICES).
+fn host_nvidia_smi(args: &[&str]) -> anyhow::Result<String> {
+    let folder = std::env::var_os("FAKEGPU_REAL_NVIDIA_SMI")
+        .context("FAKEGPU_REAL_NVIDIA_SMI must name hack/nvidia-smi.sh's folder")?;
+    let binary = std::path::Path::new(&folder).join("550.163.01/nvidia-smi");
+    let output = std::process::Command::new(&binary)
+        .args(args)
+        .env("LD_LIBRARY_PATH", fakegpu_api::names::nvml::CONTAINER_DIR)
+        .env_remove("HOSTNAME")
+        .env_remove("POD_UUID")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env_remove("FAKEGPU_NVML_TOPOLOGY")
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?;
+    ensure!(
+        output.status.success(),
+        "{} {args:?}: {}{}",
+        binary.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?)
 }
 
 /// A ResourceClaimTemplate for one GPU whose claims carry `parameters` as opaque

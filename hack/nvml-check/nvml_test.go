@@ -263,7 +263,8 @@ func TestWhatIsNotThere(t *testing.T) {
 
 // A GPU container sees its own pod's use of a GPU as its main process (PID 1 in its PID
 // namespace), with the framebuffer the pod holds, and no other pod's: the real driver shows a
-// container only its own namespace's processes. go-nvml asks for the count first, with no
+// container only its own namespace's processes. (The host's view, with host PIDs, is checked
+// on the real node: nvml/src/host.rs, e2e/tests/real_node.rs.) go-nvml asks for the count first, with no
 // array, then fills one. Graphics and MPS lists answer with none rather than an error.
 func TestAContainerSeesItsOwnProcess(t *testing.T) {
 	held := `  index: 0
@@ -336,7 +337,9 @@ func TestAContainerSeesItsOwnProcess(t *testing.T) {
 		lists(t, "its GPU", gpu, []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 2000 * mib, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}})
 	})
 
-	t.Run("the host, or another pod's container", func(t *testing.T) {
+	// None of the document's pods: every pod's process that this machine's /proc shows (by
+	// the kubelet's cgroups), and there are none of these pods here.
+	t.Run("a host without those pods, or another pod's container", func(t *testing.T) {
 		t.Setenv("HOSTNAME", "elsewhere")
 		lib := session(t, path, "")
 		for i := 0; i < 2; i++ {

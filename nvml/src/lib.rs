@@ -7,12 +7,14 @@
 //! - [`mig`]: GPU- and compute-instance profiles and instances, as the driver numbers them;
 //! - [`source`]: where the document is read from, and which GPUs this process sees;
 //! - [`events`]: the XID errors GPUs the document marks unhealthy raise;
+//! - [`host`]: pods' processes as this process's `/proc` shows them (a host-side caller's view);
 //! - `ffi`: the C ABI, the crate's only unsafe code, with every other NVML function of
 //!   `nvml.h` answering `NVML_ERROR_NOT_SUPPORTED` (a caller binding one gets an error rather
 //!   than a missing symbol).
 
 pub mod events;
 mod ffi;
+pub mod host;
 pub mod machine;
 pub mod mig;
 pub mod source;

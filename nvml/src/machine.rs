@@ -78,7 +78,8 @@ pub struct Device {
     pub load: Load,
     /// Framebuffer the pods hold, bytes.
     pub memory_used_bytes: u64,
-    /// The caller's processes on the GPU and its instances (those it sees), see [`Process`].
+    /// The processes on the GPU and its instances (those it sees) the caller is shown, see
+    /// [`Process`].
     pub processes: Vec<Process>,
     /// Injected ECC errors: (corrected, uncorrected).
     pub ecc_errors: (u64, u64),
@@ -129,16 +130,21 @@ pub struct MigInstance {
     pub memory_used_bytes: u64,
     /// Its share of the GPU's BAR1 aperture, bytes.
     pub bar1_bytes: u64,
-    /// The caller's processes on the instance.
+    /// The processes on the instance the caller is shown.
     pub processes: Vec<Process>,
 }
 
-/// A process with a compute context on a GPU, as NVML lists it: the caller's own pod's use of
-/// the GPU or MIG instance (see [`Caller`]) is its container's main process. Other pods'
-/// processes are in other PID namespaces, where the real driver does not show them either.
+/// A process with a compute context on a GPU, as NVML lists it: a pod's use of the GPU or MIG
+/// instance. The caller's own pod's (see [`Caller`]) is its container's main process; a caller
+/// that is no pod's (on the node's host, say) is shown every pod's, under the PIDs its own
+/// `/proc` gives their processes (`crate::host`); a pod's container is shown no other pod's,
+/// which live in other PID namespaces, as the real driver shows it none.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Process {
-    pub pid: u32,
+    /// Known for the caller's own (its main process); found on the host for another pod's.
+    pub pid: Option<u32>,
+    /// The pod's UID.
+    pub pod: String,
     pub used_memory_bytes: u64,
     /// The GPU- and compute-instance IDs of the MIG instance it runs on; `None` on a whole GPU.
     pub instance: Option<(u32, u32)>,
@@ -146,23 +152,40 @@ pub struct Process {
     pub sm_utilization: u8,
 }
 
-/// The caller's processes among the pods `status` (of the GPU or MIG instance `unit`) lists,
-/// busy as their draws of `period` make them.
+/// Who asks, and when: the caller, whether it is none of the document's pods, and the draw
+/// period its readings are of.
+#[derive(Clone, Copy)]
+struct Asking<'a> {
+    caller: Caller<'a>,
+    no_pod: bool,
+    period: u64,
+}
+
+/// The processes `asking` is shown among the pods `status` (of the GPU or MIG instance `unit`)
+/// lists, busy as their draws of the period make them.
 fn processes(
-    caller: Caller<'_>,
+    asking: Asking<'_>,
     (unit, status): (&str, &GpuStatus),
     instance: Option<(u32, u32)>,
-    period: u64,
 ) -> Vec<Process> {
     status
         .pod_gpu_usage_status
         .iter()
-        .filter(|(uid, _)| caller.owns(unit, status, uid))
-        .map(|(uid, usage)| Process {
-            pid: Caller::PROCESS_ID,
-            used_memory_bytes: usage.fb_used * MIB,
-            instance,
-            sm_utilization: drawn_utilization(uid, unit, usage.utilization, period),
+        .filter_map(|(uid, usage)| {
+            let pid = if asking.caller.owns(unit, status, uid) {
+                Some(Caller::PROCESS_ID)
+            } else if asking.no_pod {
+                None
+            } else {
+                return None;
+            };
+            Some(Process {
+                pid,
+                pod: uid.clone(),
+                used_memory_bytes: usage.fb_used * MIB,
+                instance,
+                sm_utilization: drawn_utilization(uid, unit, usage.utilization, asking.period),
+            })
         })
         .collect()
 }
@@ -195,10 +218,23 @@ impl Machine {
             .filter(|gpu| visible.shows(gpu))
             .collect();
         gpus.sort_by_key(|gpu| gpu.index);
+        let no_pod = !document.gpus.iter().any(|gpu| {
+            gpu.statuses().any(|(unit, status)| {
+                status
+                    .pod_gpu_usage_status
+                    .keys()
+                    .any(|uid| caller.owns(unit, status, uid))
+            })
+        });
+        let asking = Asking {
+            caller,
+            no_pod,
+            period,
+        };
         let devices = gpus
             .into_iter()
             .zip(0..)
-            .map(|(gpu, index)| device(document, gpu, index, visible, caller, period))
+            .map(|(gpu, index)| device(document, gpu, index, visible, asking))
             .collect();
         let cuda_major = document
             .cuda_version
@@ -220,17 +256,17 @@ fn device(
     gpu: &GpuTopology,
     index: u32,
     visible: &Visible,
-    caller: Caller<'_>,
-    period: u64,
+    asking: Asking<'_>,
 ) -> Device {
+    let period = asking.period;
     let mig_devices: Vec<MigInstance> = gpu
         .mig_devices
         .iter()
         .filter(|mig| visible.shows_instance(gpu, mig))
-        .map(|mig| mig_instance(document, mig, caller, period))
+        .map(|mig| mig_instance(document, mig, asking))
         .collect();
     // On a partitioned GPU the processes run on its instances, and the GPU lists them all.
-    let processes = processes(caller, (&gpu.id, &gpu.status), None, period)
+    let processes = processes(asking, (&gpu.id, &gpu.status), None)
         .into_iter()
         .chain(mig_devices.iter().flat_map(|m| m.processes.iter().cloned()))
         .collect();
@@ -272,17 +308,12 @@ fn device(
     }
 }
 
-/// Instance `mig` of a GPU of `document`, with `caller`'s processes on it busy as in `period`.
-fn mig_instance(
-    document: &NodeTopology,
-    mig: &MigDevice,
-    caller: Caller<'_>,
-    period: u64,
-) -> MigInstance {
+/// Instance `mig` of a GPU of `document`, with the processes on it `asking` is shown.
+fn mig_instance(document: &NodeTopology, mig: &MigDevice, asking: Asking<'_>) -> MigInstance {
     let (gpu_instance, compute_instance) = instances(mig);
     let ids = (gpu_instance.id, compute_instance.id);
     MigInstance {
-        processes: processes(caller, (&mig.uuid, &mig.status), Some(ids), period),
+        processes: processes(asking, (&mig.uuid, &mig.status), Some(ids)),
         uuid: mig.uuid.clone(),
         name: format!("{} MIG {}", document.gpu_product, mig.profile),
         gpu_instance,
@@ -543,7 +574,7 @@ mod tests {
     }
 
     #[test]
-    fn the_caller_sees_its_own_pods_use_as_its_process() {
+    fn a_pod_s_container_sees_its_own_process_and_the_host_every_pod_s() {
         let mut document = document();
         let usage = |fb_used: u64| PodGpuUsage {
             fb_used,
@@ -565,7 +596,7 @@ mod tests {
             .pod_gpu_usage_status
             .insert("uid-mig-b".into(), usage(512));
         // Per GPU: (PID, MiB, GI and CI IDs) of each process.
-        type Listed = (u32, u64, Option<(u32, u32)>);
+        type Listed = (Option<u32>, u64, Option<(u32, u32)>);
         let pids = |machine: &Machine| -> Vec<Vec<Listed>> {
             machine
                 .devices
@@ -578,16 +609,23 @@ mod tests {
                 })
                 .collect()
         };
-        // Nobody in particular (the host, another pod's container): no process.
+        // None of the pods (on the host, say): every pod's, their PIDs to be found on the host.
         let host = Machine::of(&document, &Visible::All, Caller::default(), 0);
-        assert_eq!(pids(&host), [vec![], vec![]]);
+        assert_eq!(
+            pids(&host),
+            [
+                vec![(None, 1024, None)],
+                vec![(None, 2048, Some((2, 0))), (None, 512, Some((1, 0)))]
+            ]
+        );
+        assert_eq!(host.devices[0].processes[0].pod, "uid-train");
         // The pod holding GPU 0 by name, seeing every GPU: its process on GPU 0 alone.
         let by_name = Caller {
             hostname: Some("train-0"),
             ..Default::default()
         };
         let machine = Machine::of(&document, &Visible::All, by_name, 0);
-        assert_eq!(pids(&machine), [vec![(1, 1024, None)], vec![]]);
+        assert_eq!(pids(&machine), [vec![(Some(1), 1024, None)], vec![]]);
         // A container given MIG-a: its process on the instance (GI 2, CI 0), listed on the
         // instance and on its GPU.
         let given = Caller {
@@ -595,7 +633,7 @@ mod tests {
             ..Default::default()
         };
         let machine = Machine::of(&document, &Visible::parse(Some("MIG-a")), given, 0);
-        assert_eq!(pids(&machine), [vec![(1, 2048, Some((2, 0)))]]);
+        assert_eq!(pids(&machine), [vec![(Some(1), 2048, Some((2, 0)))]]);
         assert_eq!(
             machine.devices[0].mig_devices[0].processes,
             machine.devices[0].processes
@@ -607,7 +645,7 @@ mod tests {
             ..Default::default()
         };
         let machine = Machine::of(&document, &Visible::parse(Some("GPU-1")), by_uid, 0);
-        assert_eq!(pids(&machine), [vec![(1, 512, Some((1, 0)))]]);
+        assert_eq!(pids(&machine), [vec![(Some(1), 512, Some((1, 0)))]]);
         assert!(machine.devices[0].mig_devices[0].processes.is_empty());
     }
 

@@ -12,10 +12,9 @@ use std::ffi::{c_char, c_uint, c_void};
 
 use super::{
     DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array,
-    processes::{ProcessInfoV2, fill, process_name},
+    processes::{Listed, ProcessInfoV2, fill, process_name},
     resolve,
 };
-use crate::machine::Process;
 
 /// `6c3efec4-8fc9-4e6c-a327-ee696e12f7c4`, as the caller lays it out (a Windows-style GUID:
 /// the first three fields little-endian).
@@ -45,12 +44,12 @@ pub struct DriverProcess {
     name: [c_char; NAME_BYTES],
 }
 
-impl From<&Process> for DriverProcess {
-    fn from(process: &Process) -> Self {
+impl From<&Listed> for DriverProcess {
+    fn from(listed: &Listed) -> Self {
         Self {
-            info: ProcessInfoV2::from(process),
+            info: ProcessInfoV2::from(listed),
             unread: 0,
-            name: c_array(&process_name(process.pid).unwrap_or_default()),
+            name: c_array(&process_name(listed.pid).unwrap_or_default()),
         }
     }
 }

@@ -1,9 +1,9 @@
 //! The processes running on a GPU or MIG instance, and their names. A caller sees its own
-//! pod's use of a GPU as its container's main process (see `machine::Process`); the document
-//! knows which pods hold a GPU, not their processes' IDs, and the real driver shows a caller
-//! only the processes of its own PID namespace, so other pods' work is not listed. Tools that
-//! list processes (nvidia-smi, gpustat, nvitop, pynvml scripts) then see what a container on a
-//! real node sees: its own process and the memory its pod holds.
+//! pod's use of a GPU as its container's main process, and a caller that is no pod's (on the
+//! node's host) every pod's, under the PIDs its `/proc` gives them (see `machine::Process`,
+//! `crate::host`); a pod's container sees no other pod's, as the real driver shows a caller only
+//! its own PID namespace's. Tools that list processes (nvidia-smi, gpustat, nvitop, pynvml
+//! scripts) then see what they see on a real node.
 
 use std::ffi::{c_char, c_uint, c_ulonglong};
 
@@ -13,7 +13,30 @@ use super::{
 };
 use fakegpu_api::telemetry::memory_activity;
 
-use crate::machine::Process;
+use crate::{host::PodProcesses, machine::Process};
+
+/// A process as it is listed: with the PID the caller knows it by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub pid: c_uint,
+    pub process: Process,
+}
+
+/// `processes` with their PIDs: the caller's own have theirs, other pods' are looked for in this
+/// process's `/proc` (only when there are any), and those not found there are left out.
+fn listed(processes: Vec<Process>, host: impl FnOnce() -> PodProcesses) -> Vec<Listed> {
+    let host = processes.iter().any(|p| p.pid.is_none()).then(host);
+    processes
+        .into_iter()
+        .filter_map(|process| {
+            let pid = match process.pid {
+                Some(pid) => pid,
+                None => host.as_ref()?.main_process(&process.pod)?,
+            };
+            Some(Listed { pid, process })
+        })
+        .collect()
+}
 
 /// `nvmlProcessInfo_v1_t`.
 #[repr(C)]
@@ -35,22 +58,24 @@ pub struct ProcessInfoV2 {
 /// What NVML writes for a GPU-instance or compute-instance ID outside MIG.
 const NO_INSTANCE: c_uint = c_uint::MAX;
 
-impl From<&Process> for ProcessInfoV1 {
-    fn from(process: &Process) -> Self {
+impl From<&Listed> for ProcessInfoV1 {
+    fn from(listed: &Listed) -> Self {
         Self {
-            pid: process.pid,
-            used_gpu_memory: process.used_memory_bytes,
+            pid: listed.pid,
+            used_gpu_memory: listed.process.used_memory_bytes,
         }
     }
 }
 
-impl From<&Process> for ProcessInfoV2 {
-    fn from(process: &Process) -> Self {
-        let (gpu_instance_id, compute_instance_id) =
-            process.instance.unwrap_or((NO_INSTANCE, NO_INSTANCE));
+impl From<&Listed> for ProcessInfoV2 {
+    fn from(listed: &Listed) -> Self {
+        let (gpu_instance_id, compute_instance_id) = listed
+            .process
+            .instance
+            .unwrap_or((NO_INSTANCE, NO_INSTANCE));
         Self {
-            pid: process.pid,
-            used_gpu_memory: process.used_memory_bytes,
+            pid: listed.pid,
+            used_gpu_memory: listed.process.used_memory_bytes,
             gpu_instance_id,
             compute_instance_id,
         }
@@ -58,22 +83,23 @@ impl From<&Process> for ProcessInfoV2 {
 }
 
 impl Handle {
-    /// The caller's processes on the GPU or instance now (see `current`).
-    pub(super) fn processes(&self) -> Vec<Process> {
-        match self {
+    /// The processes on the GPU or instance now (see `current`) as the caller is shown them.
+    pub(super) fn processes(&self) -> Vec<Listed> {
+        let now = match self {
             Self::Gpu(d) => current(d).map_or_else(|| d.processes.clone(), |n| n.processes),
             Self::Mig(d, i) => current(d)
                 .and_then(|n| n.mig_devices.into_iter().find(|m| m.uuid == i.uuid))
                 .map_or_else(|| i.processes.clone(), |m| m.processes),
-        }
+        };
+        listed(now, PodProcesses::scan)
     }
 }
 
 /// Fills a caller's process list as NVML does: `*count` is the room in `infos` going in and the
 /// number of processes coming out; too little room (a count of 0 asks how many, `infos` may
 /// then be null) answers `NVML_ERROR_INSUFFICIENT_SIZE` with the number needed.
-pub(super) unsafe fn fill<T: for<'a> From<&'a Process>>(
-    processes: &[Process],
+pub(super) unsafe fn fill<T: for<'a> From<&'a Listed>>(
+    processes: &[Listed],
     count: *mut c_uint,
     infos: *mut T,
 ) -> Return {
@@ -98,7 +124,7 @@ pub(super) unsafe fn fill<T: for<'a> From<&'a Process>>(
 }
 
 /// A compute-process list of `handle` in the layout `T`.
-unsafe fn compute<T: for<'a> From<&'a Process>>(
+unsafe fn compute<T: for<'a> From<&'a Listed>>(
     handle: super::DeviceHandle,
     count: *mut c_uint,
     infos: *mut T,
@@ -166,10 +192,10 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as c_ulonglong);
-        let busy: Vec<Process> = h
+        let busy: Vec<Listed> = h
             .processes()
             .into_iter()
-            .filter(|p| p.sm_utilization > 0 && now > last_seen)
+            .filter(|listed| listed.process.sm_utilization > 0 && now > last_seen)
             .collect();
         if busy.is_empty() {
             return Err(ERROR_NOT_FOUND);
@@ -179,12 +205,13 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         if samples.is_null() || room < busy.len() {
             return Err(ERROR_INSUFFICIENT_SIZE);
         }
-        for (i, process) in busy.iter().enumerate() {
+        for (i, listed) in busy.iter().enumerate() {
+            let load = listed.process.sm_utilization;
             let sample = ProcessUtilizationSample {
-                pid: process.pid,
+                pid: listed.pid,
                 time_stamp: now,
-                sm: c_uint::from(process.sm_utilization),
-                memory: memory_activity(process.sm_utilization),
+                sm: c_uint::from(load),
+                memory: memory_activity(load),
                 encoder: 0,
                 decoder: 0,
             };
@@ -257,13 +284,43 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
 mod tests {
     use super::*;
 
-    fn process(pid: u32, instance: Option<(u32, u32)>) -> Process {
-        Process {
+    fn process(pid: u32, instance: Option<(u32, u32)>) -> Listed {
+        Listed {
             pid,
-            used_memory_bytes: u64::from(pid) << 30,
-            instance,
-            sm_utilization: 0,
+            process: Process {
+                pid: Some(pid),
+                pod: format!("uid-{pid}"),
+                used_memory_bytes: u64::from(pid) << 30,
+                instance,
+                sm_utilization: 0,
+            },
         }
+    }
+
+    #[test]
+    fn other_pods_processes_are_listed_by_the_pids_found_for_them() {
+        let own = process(1, None).process;
+        let other = |pod: &str| Process {
+            pid: None,
+            pod: pod.into(),
+            ..own.clone()
+        };
+        let on_host = || {
+            let mut found = std::collections::BTreeMap::new();
+            found.insert("uid-seen".to_owned(), 4242);
+            PodProcesses::from(found)
+        };
+        let listed_pids = |processes: Vec<Process>| -> Vec<u32> {
+            listed(processes, on_host).iter().map(|l| l.pid).collect()
+        };
+        assert_eq!(listed_pids(vec![own.clone()]), [1]);
+        assert_eq!(
+            listed_pids(vec![other("uid-seen"), other("uid-gone")]),
+            [4242]
+        );
+        // Only a list with another pod's process looks at /proc.
+        let listed = listed(vec![own], || panic!("scanned /proc for the caller's own"));
+        assert_eq!(listed.len(), 1);
     }
 
     #[test]
