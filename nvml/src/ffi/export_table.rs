@@ -11,9 +11,8 @@
 use std::ffi::{c_char, c_uint, c_void};
 
 use super::{
-    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array,
-    processes::{Listed, ProcessInfoV2, fill, process_name},
-    resolve,
+    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, SUCCESS, c_array,
+    processes::{self, Listed, ProcessInfoV2, process_name},
 };
 
 /// `6c3efec4-8fc9-4e6c-a327-ee696e12f7c4`, as the caller lays it out (a Windows-style GUID:
@@ -70,7 +69,7 @@ extern "C" fn compute_processes(
     count: *mut c_uint,
     entries: *mut DriverProcess,
 ) -> Return {
-    answer(resolve(device).map(|h| unsafe { fill(&h.processes(), count, entries) }))
+    unsafe { processes::compute(device, count, entries) }
 }
 
 extern "C" fn no_processes(
@@ -78,7 +77,7 @@ extern "C" fn no_processes(
     count: *mut c_uint,
     entries: *mut DriverProcess,
 ) -> Return {
-    answer(resolve(device).map(|_| unsafe { fill(&[], count, entries) }))
+    unsafe { processes::none(device, count, entries) }
 }
 
 struct Table([*const c_void; SLOTS]);

@@ -160,14 +160,32 @@ impl Handle {
         }
     }
 
-    /// Framebuffer used now (see [`current`]); as of `nvmlInit` when the document cannot be read.
-    fn memory_used_bytes(&self) -> u64 {
+    /// What `of_gpu` or `of_mig` reads of the GPU or instance as the document has it now (see
+    /// [`current`]); as of `nvmlInit` when the document cannot be read or no longer has it.
+    fn now<T>(
+        &self,
+        of_gpu: impl FnOnce(&Device) -> T,
+        of_mig: impl FnOnce(&MigInstance) -> T,
+    ) -> T {
         match self {
-            Self::Gpu(d) => current(d).map_or(d.memory_used_bytes, |n| n.memory_used_bytes),
-            Self::Mig(d, i) => current(d)
-                .and_then(|n| n.mig_devices.into_iter().find(|m| m.uuid == i.uuid))
-                .map_or(i.memory_used_bytes, |m| m.memory_used_bytes),
+            Self::Gpu(d) => match current(d) {
+                Some(now) => of_gpu(&now),
+                None => of_gpu(d),
+            },
+            Self::Mig(d, i) => {
+                let now =
+                    current(d).and_then(|n| n.mig_devices.into_iter().find(|m| m.uuid == i.uuid));
+                match now {
+                    Some(now) => of_mig(&now),
+                    None => of_mig(i),
+                }
+            }
         }
+    }
+
+    /// Framebuffer used now.
+    fn memory_used_bytes(&self) -> u64 {
+        self.now(|d| d.memory_used_bytes, |i| i.memory_used_bytes)
     }
 }
 
@@ -438,10 +456,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     answer(resolve(handle).map(|h| unsafe { put_str(out, length, h.uuid()) }))
 }
 
-#[unsafe(no_mangle)]
 /// A GPU's NVML index; a MIG device's index among its GPU's, the one
 /// `nvmlDeviceGetMigDeviceHandleByIndex` takes (NVIDIA's nvidia-smi prints it as `MIG Dev`, and
 /// lists no MIG device it cannot number).
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(handle: DeviceHandle, out: *mut c_uint) -> Return {
     answer(resolve(handle).and_then(|h| match h {
         Handle::Gpu(d) => Ok(unsafe { put(out, d.index) }),

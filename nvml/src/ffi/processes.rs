@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_uint, c_ulonglong};
 
 use super::{
     ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, Handle, Return, SUCCESS,
-    answer, current, machine, resolve,
+    answer, machine, resolve,
 };
 use fakegpu_api::telemetry::memory_activity;
 
@@ -85,12 +85,7 @@ impl From<&Listed> for ProcessInfoV2 {
 impl Handle {
     /// The processes on the GPU or instance now (see `current`) as the caller is shown them.
     pub(super) fn processes(&self) -> Vec<Listed> {
-        let now = match self {
-            Self::Gpu(d) => current(d).map_or_else(|| d.processes.clone(), |n| n.processes),
-            Self::Mig(d, i) => current(d)
-                .and_then(|n| n.mig_devices.into_iter().find(|m| m.uuid == i.uuid))
-                .map_or_else(|| i.processes.clone(), |m| m.processes),
-        };
+        let now = self.now(|d| d.processes.clone(), |i| i.processes.clone());
         listed(now, PodProcesses::scan)
     }
 }
@@ -123,13 +118,24 @@ pub(super) unsafe fn fill<T: for<'a> From<&'a Listed>>(
     SUCCESS
 }
 
-/// A compute-process list of `handle` in the layout `T`.
-unsafe fn compute<T: for<'a> From<&'a Listed>>(
+/// A compute-process list of `handle` in the layout `T` (NVML's and the export table's).
+pub(super) unsafe fn compute<T: for<'a> From<&'a Listed>>(
     handle: super::DeviceHandle,
     count: *mut c_uint,
     infos: *mut T,
 ) -> Return {
     answer(resolve(handle).map(|h| unsafe { fill(&h.processes(), count, infos) }))
+}
+
+/// A list of `handle` that is always empty (graphics, MPS), in the layout `T`: no simulated pod
+/// draws graphics or runs under MPS. Real NVML answers these on every data-center GPU, so tools
+/// get an empty list, not an error.
+pub(super) unsafe fn none<T: for<'a> From<&'a Listed>>(
+    handle: super::DeviceHandle,
+    count: *mut c_uint,
+    infos: *mut T,
+) -> Return {
+    answer(resolve(handle).map(|_| unsafe { fill(&[], count, infos) }))
 }
 
 #[unsafe(no_mangle)]
@@ -192,10 +198,14 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as c_ulonglong);
+        // Every sample is taken now: none is newer than a time not yet passed.
+        if now <= last_seen {
+            return Err(ERROR_NOT_FOUND);
+        }
         let busy: Vec<Listed> = h
             .processes()
             .into_iter()
-            .filter(|listed| listed.process.sm_utilization > 0 && now > last_seen)
+            .filter(|listed| listed.process.sm_utilization > 0)
             .collect();
         if busy.is_empty() {
             return Err(ERROR_NOT_FOUND);
@@ -221,8 +231,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     }))
 }
 
-/// Graphics and MPS lists: no simulated pod draws graphics or runs under MPS, so none (real
-/// NVML answers these on every data-center GPU, so tools get an empty list, not an error).
+/// Graphics and MPS lists: none (see [`none`]).
 macro_rules! no_processes {
     ($($name:ident)*) => {
         $(
@@ -232,7 +241,7 @@ macro_rules! no_processes {
                 count: *mut c_uint,
                 infos: *mut ProcessInfoV2,
             ) -> Return {
-                answer(resolve(handle).map(|_| unsafe { fill(&[], count, infos) }))
+                unsafe { none(handle, count, infos) }
             }
         )*
     };
