@@ -550,6 +550,12 @@ pub mod container_env {
     /// The GPUs of the container, comma-separated UUIDs; NVIDIA's device plugin and container
     /// toolkit use it, and nvidia-smi shows exactly these GPUs.
     pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+    /// The container's pod's name, unless the pod sets another host name: nvidia-smi and the
+    /// NVML library tell the pod holding a GPU by it ([`crate::topology::Caller`]).
+    pub const HOSTNAME: &str = "HOSTNAME";
+    /// The container's pod's UID, when the pod passes it in (the reference's nvidia-smi reads
+    /// it): nvidia-smi and the NVML library tell the pod's use of a GPU by it.
+    pub const POD_UUID: &str = "POD_UUID";
     /// The same list under the reference's name; scripts written for it read it.
     pub const MOCK_VISIBLE_DEVICES: &str = "MOCK_NVIDIA_VISIBLE_DEVICES";
     /// The node the container runs on; nvidia-smi asks for that node's GPUs.

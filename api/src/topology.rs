@@ -385,6 +385,35 @@ impl Caller<'_> {
     }
 }
 
+/// [`Caller`] as a process's environment holds it: its owned form.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallerEnv {
+    pub pod_uid: Option<String>,
+    pub hostname: Option<String>,
+    pub visible_devices: Option<String>,
+}
+
+impl CallerEnv {
+    /// This process's (see [`crate::names::container_env`]); an empty variable reads as unset.
+    pub fn from_process() -> Self {
+        use crate::names::container_env::{HOSTNAME, POD_UUID, VISIBLE_DEVICES};
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Self {
+            pod_uid: var(POD_UUID),
+            hostname: var(HOSTNAME),
+            visible_devices: var(VISIBLE_DEVICES),
+        }
+    }
+
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            pod_uid: self.pod_uid.as_deref(),
+            hostname: self.hostname.as_deref(),
+            visible_devices: self.visible_devices.as_deref(),
+        }
+    }
+}
+
 impl GpuTopology {
     /// The GPU's status and each of its MIG instances', with the UUID pods use them by.
     pub fn statuses(&self) -> impl Iterator<Item = (&str, &GpuStatus)> {

@@ -13,7 +13,7 @@ use anyhow::{Context, bail, ensure};
 use fakegpu_api::{
     compute_domain::{ComputeDomain, DomainState},
     dra::attribute,
-    names::{annotation, label},
+    names::{annotation, container_env, label},
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
@@ -1319,10 +1319,10 @@ fn host_nvidia_smi(args: &[&str]) -> anyhow::Result<String> {
     let output = std::process::Command::new(&binary)
         .args(args)
         .env("LD_LIBRARY_PATH", fakegpu_api::names::nvml::CONTAINER_DIR)
-        .env_remove("HOSTNAME")
-        .env_remove("POD_UUID")
-        .env_remove("NVIDIA_VISIBLE_DEVICES")
-        .env_remove("FAKEGPU_NVML_TOPOLOGY")
+        .env_remove(container_env::HOSTNAME)
+        .env_remove(container_env::POD_UUID)
+        .env_remove(container_env::VISIBLE_DEVICES)
+        .env_remove(fakegpu_api::names::nvml::TOPOLOGY_ENV)
         .output()
         .with_context(|| format!("running {}", binary.display()))?;
     ensure!(

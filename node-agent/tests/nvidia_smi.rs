@@ -10,7 +10,7 @@ use anyhow::Context;
 use fakegpu_api::{
     profiles::{GpuProfile, PROFILES},
     report::NodeReport,
-    topology::{AllocatedBy, GpuStatus, MigDevice, PodGpuUsage, gpu_uuid, mig_uuid},
+    topology::{AllocatedBy, CallerEnv, GpuStatus, MigDevice, PodGpuUsage, gpu_uuid, mig_uuid},
 };
 use fakegpu_node_agent::smi::Environment;
 
@@ -23,8 +23,11 @@ fn transcript(profile: &GpuProfile) -> anyhow::Result<String> {
     let url = serve(&report(profile))?;
     let host = environment(&url);
     let pod = Environment {
-        visible_devices: Some(gpu_uuid(NODE, 0)),
-        hostname: Some("train-0".into()),
+        identity: CallerEnv {
+            visible_devices: Some(gpu_uuid(NODE, 0)),
+            hostname: Some("train-0".into()),
+            ..Default::default()
+        },
         ..environment(&url)
     };
     let mut text = String::new();
@@ -82,8 +85,11 @@ fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
     let profile = fakegpu_api::profiles::profile("h100").context("h100 profile")?;
     let url = serve(&report(profile))?;
     let pod = Environment {
-        visible_devices: Some(gpu_uuid(NODE, 0)),
-        hostname: Some("train-0".into()),
+        identity: CallerEnv {
+            visible_devices: Some(gpu_uuid(NODE, 0)),
+            hostname: Some("train-0".into()),
+            ..Default::default()
+        },
         ..environment(&url)
     };
     let (_, out, _) = smi(
@@ -93,8 +99,11 @@ fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
     assert_eq!(out, format!("0, {}, 12288 MiB, 40 %\n", gpu_uuid(NODE, 0)));
     // A fractional pod sees its share of the memory.
     let half = Environment {
-        visible_devices: Some(gpu_uuid(NODE, 1)),
-        pod_uid: Some("uid-half-a".into()),
+        identity: CallerEnv {
+            visible_devices: Some(gpu_uuid(NODE, 1)),
+            pod_uid: Some("uid-half-a".into()),
+            ..Default::default()
+        },
         gpu_share: Some("0.5".into()),
         ..environment(&url)
     };
@@ -115,7 +124,10 @@ fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
     assert_eq!(smi("-L -i 99", &host).0, 6);
     // Devices the container was not given are not shown; none at all is "No devices".
     let none = Environment {
-        visible_devices: Some("void".into()),
+        identity: CallerEnv {
+            visible_devices: Some("void".into()),
+            ..Default::default()
+        },
         ..environment(&url)
     };
     let (code, out, _) = smi("", &none);
@@ -163,7 +175,10 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
     // A container given one instance sees its GPU with that instance only, as its GPU 0 (NVML
     // numbers what a container sees from 0; NVIDIA's nvidia-smi prints 0 there too).
     let given = Environment {
-        visible_devices: Some(mig_uuid(NODE, 1, 4)),
+        identity: CallerEnv {
+            visible_devices: Some(mig_uuid(NODE, 1, 4)),
+            ..Default::default()
+        },
         ..environment(&url)
     };
     let (_, out, _) = smi("-L", &given);

@@ -11,11 +11,16 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
 use anyhow::{Context, ensure};
 use fakegpu_api::{
-    names::exporter,
+    names::{
+        container_env::{HOSTNAME, POD_UUID, VISIBLE_DEVICES},
+        exporter,
+    },
     profiles::{GpuProfile, PROFILES, profile},
     report::NodeReport,
     telemetry,
-    topology::{GpuStatus, MigDevice, PodGpuUsage, UtilizationBounds, gpu_uuid, mig_uuid},
+    topology::{
+        CallerEnv, GpuStatus, MigDevice, PodGpuUsage, UtilizationBounds, gpu_uuid, mig_uuid,
+    },
 };
 use fakegpu_node_agent::smi::Environment;
 
@@ -101,13 +106,13 @@ impl Launch {
         };
         // Who the binary runs as is only what `container` says, whatever this test's own
         // environment holds.
-        for name in Container::ENV {
+        for name in [HOSTNAME, VISIBLE_DEVICES, POD_UUID] {
             command.env_remove(name);
         }
         if let Some(container) = container {
             command
-                .env(Container::ENV[0], &container.hostname)
-                .env(Container::ENV[1], &container.visible_devices);
+                .env(HOSTNAME, &container.hostname)
+                .env(VISIBLE_DEVICES, &container.visible_devices);
         }
         let output = command
             .args(args.split_whitespace())
@@ -263,14 +268,15 @@ struct Container {
 }
 
 impl Container {
-    const ENV: [&str; 3] = ["HOSTNAME", "NVIDIA_VISIBLE_DEVICES", "POD_UUID"];
-
     /// fakegpu's nvidia-smi's view of the same container: the same main process (this
     /// machine's PID 1, which the library names for NVIDIA's binary).
     fn environment(&self, url: &str) -> Environment {
         Environment {
-            hostname: Some(self.hostname.clone()),
-            visible_devices: Some(self.visible_devices.clone()),
+            identity: CallerEnv {
+                hostname: Some(self.hostname.clone()),
+                visible_devices: Some(self.visible_devices.clone()),
+                ..Default::default()
+            },
             process_name: Environment::from_process().process_name,
             ..environment(url)
         }

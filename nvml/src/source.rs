@@ -15,7 +15,7 @@ use fakegpu_api::{
         nvml::{DOCUMENT_BESIDE_LIBRARY, TOPOLOGY_ENV},
     },
     telemetry::{draw_interval_from_env, draw_period},
-    topology::{Caller, NodeTopology, TopologyError},
+    topology::{Caller, CallerEnv, NodeTopology, TopologyError},
 };
 
 use crate::machine::{Machine, Visible};
@@ -42,38 +42,8 @@ pub enum LoadError {
 pub struct Source {
     pub path: String,
     pub visible: Visible,
-    pub identity: Identity,
+    pub identity: CallerEnv,
     pub draw_interval: Duration,
-}
-
-/// What in a container's environment says which pod it is (see [`Caller`]).
-#[derive(Clone, Debug, Default)]
-pub struct Identity {
-    /// `POD_UUID`.
-    pub pod_uid: Option<String>,
-    /// `HOSTNAME`.
-    pub hostname: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES`.
-    pub visible_devices: Option<String>,
-}
-
-impl Identity {
-    fn from_process() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-        Self {
-            pod_uid: var("POD_UUID"),
-            hostname: var("HOSTNAME"),
-            visible_devices: var(VISIBLE_DEVICES),
-        }
-    }
-
-    pub fn caller(&self) -> Caller<'_> {
-        Caller {
-            pod_uid: self.pod_uid.as_deref(),
-            hostname: self.hostname.as_deref(),
-            visible_devices: self.visible_devices.as_deref(),
-        }
-    }
 }
 
 impl Source {
@@ -92,7 +62,7 @@ impl Source {
         Ok(Self {
             path,
             visible,
-            identity: Identity::from_process(),
+            identity: CallerEnv::from_process(),
             draw_interval: draw_interval_from_env(),
         })
     }

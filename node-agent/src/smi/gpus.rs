@@ -7,7 +7,7 @@ use fakegpu_api::{
     profiles::{MigEngines, profile_by_product},
     report::NodeReport,
     telemetry::{self, Load},
-    topology::{Caller, GpuStatus, GpuTopology, PodGpuUsage, long_bus_id},
+    topology::{Caller, CallerEnv, GpuStatus, GpuTopology, PodGpuUsage, long_bus_id},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -17,12 +17,9 @@ pub struct Environment {
     pub node: Option<String>,
     /// `FAKEGPU_EXPORTER_URL`.
     pub exporter_url: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES`: UUIDs or indices, `all`, `none`/`void`; unset shows all.
-    pub visible_devices: Option<String>,
-    /// `HOSTNAME`: the pod's name, unless the pod sets another host name.
-    pub hostname: Option<String>,
-    /// `POD_UUID`, when the pod passes its UID in (the reference reads it too).
-    pub pod_uid: Option<String>,
+    /// Which pod the container is, and the GPUs it was given (`NVIDIA_VISIBLE_DEVICES`: UUIDs
+    /// or indices, `all`, `none`/`void`; unset shows all).
+    pub identity: CallerEnv,
     /// `RUNAI_NUM_OF_GPUS`: a fractional share of each GPU.
     pub gpu_share: Option<String>,
     /// The container's main process, shown in the processes table.
@@ -37,15 +34,6 @@ pub struct Environment {
 }
 
 impl Environment {
-    /// Who this container is, for picking its own pod's use of a GPU.
-    pub fn caller(&self) -> Caller<'_> {
-        Caller {
-            pod_uid: self.pod_uid.as_deref(),
-            hostname: self.hostname.as_deref(),
-            visible_devices: self.visible_devices.as_deref(),
-        }
-    }
-
     /// This process's environment and its container's main process (PID 1).
     pub fn from_process() -> Self {
         let var = |name: &str| std::env::var(name).ok();
@@ -59,9 +47,7 @@ impl Environment {
         Self {
             node: var(container_env::NODE_NAME),
             exporter_url: var(container_env::EXPORTER_URL),
-            visible_devices: var(container_env::VISIBLE_DEVICES),
-            hostname: var("HOSTNAME"),
-            pod_uid: var("POD_UUID"),
+            identity: CallerEnv::from_process(),
             gpu_share: var(container_env::RUNAI_NUM_OF_GPUS),
             process_id: Caller::PROCESS_ID,
             process_name,
@@ -251,7 +237,7 @@ struct Used<'a> {
 
 /// Whether the usage entry of pod `uid` on `used` is this container's pod.
 fn ours(env: &Environment, used: &Used<'_>, uid: &str) -> bool {
-    env.caller().owns(used.id, used.status, uid)
+    env.identity.caller().owns(used.id, used.status, uid)
 }
 
 /// A fractional share from `RUNAI_NUM_OF_GPUS`, when it is one.
@@ -310,14 +296,18 @@ pub fn machine(report: &NodeReport, env: &Environment) -> Machine {
     let mut shown: Vec<&GpuTopology> = topology
         .gpus
         .iter()
-        .filter(|gpu| visible(env.visible_devices.as_deref(), gpu))
+        .filter(|gpu| visible(env.identity.visible_devices.as_deref(), gpu))
         .collect();
     shown.sort_by_key(|gpu| gpu.index);
     let gpus = shown
         .into_iter()
         .zip(0..)
         .map(|(gpu, index)| {
-            let mig_devices = visible_mig(env.visible_devices.as_deref(), topology.gpu_memory, gpu);
+            let mig_devices = visible_mig(
+                env.identity.visible_devices.as_deref(),
+                topology.gpu_memory,
+                gpu,
+            );
             // A partitioned GPU's pods use its instances (those the container sees).
             let parts: Vec<Used<'_>> = if gpu.mig_devices.is_empty() {
                 vec![Used {
