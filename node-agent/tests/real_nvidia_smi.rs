@@ -59,8 +59,9 @@ fn library_folder(scratch: &std::path::Path) -> anyhow::Result<PathBuf> {
     Ok(folder)
 }
 
-/// `report` with every GPU idle: the library sees pods' GPUs but not their processes, so busy
-/// GPUs would differ in the Processes box (see the README).
+/// `report` with every GPU idle: seen from the host, fakegpu's nvidia-smi lists busy GPUs'
+/// pods by name where the library lists the host's processes of them (none here), so their
+/// Processes boxes differ (see the README).
 fn idle(mut report: NodeReport, driver_version: &str) -> NodeReport {
     report.topology.driver_version = driver_version.to_owned();
     for gpu in &mut report.topology.gpus {
