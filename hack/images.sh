@@ -33,6 +33,7 @@ bins=$repo/target/$target/release
 # any GPU container's), so it is built for glibc, the oldest still met (hack/lib/zigbuild.sh);
 # the node agent's image carries it for the driver roots and containers it serves.
 nvml_library=$(nvml_library_in "$repo")
+cuda_library=$(cuda_library_in "$repo")
 out=${FAKEGPU_IMAGES_DIR:-$repo/target/images}
 images=(fakegpu-operator fakegpu-exporter fakegpu-node-agent)
 
@@ -61,16 +62,21 @@ build() {
   local zig needed
   zig=$(zigbuild_env "$repo")
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
-    PATH=$zig/bin:$PATH cargo zigbuild --locked --release --target "$nvml_zig_target" -p fakegpu-nvml >&2
-  needed=$(glibc_needed "$nvml_library")
-  [[ $(printf '%s\n' "$needed" "GLIBC_$nvml_glibc" | sort -V | tail -n1) == "GLIBC_$nvml_glibc" ]] ||
-    die "$nvml_library asks for $needed, newer than the glibc $nvml_glibc it is built for"
-  log "built in $((SECONDS - start))s; the NVML library loads with glibc $nvml_glibc and later"
+    PATH=$zig/bin:$PATH cargo zigbuild --locked --release --target "$nvml_zig_target" \
+    -p fakegpu-nvml -p fakegpu-cuda >&2
+  local library
+  for library in "$nvml_library" "$cuda_library"; do
+    needed=$(glibc_needed "$library")
+    [[ $(printf '%s\n' "$needed" "GLIBC_$nvml_glibc" | sort -V | tail -n1) == "GLIBC_$nvml_glibc" ]] ||
+      die "$library asks for $needed, newer than the glibc $nvml_glibc it is built for"
+  done
+  log "built in $((SECONDS - start))s; the NVML and CUDA libraries load with glibc $nvml_glibc and later"
 }
 
 # The files of one image: its binary, and for the node agent the nvidia-smi it installs on the
 # node for containers given GPUs (it looks for it beside its own binary) and the NVML library
-# it copies into driver roots (api::names::nvml::SHIPPED_LIBRARY).
+# and CUDA libraries it copies into driver roots (api::names::nvml::SHIPPED_LIBRARY,
+# SHIPPED_CUDA_LIBRARY).
 rootfs_of() { # <image> <dir>
   local image=$1 dir=$2
   mkdir -p "$dir/usr/local/bin"
@@ -78,6 +84,7 @@ rootfs_of() { # <image> <dir>
   if [[ $image == fakegpu-node-agent ]]; then
     install -m 0755 "$bins/nvidia-smi" "$dir/usr/local/bin/nvidia-smi"
     install -D -m 0644 "$nvml_library" "$dir/usr/local/lib/fakegpu/libnvidia-ml.so.1"
+    install -D -m 0644 "$cuda_library" "$dir/usr/local/lib/fakegpu/libcuda.so.1"
     chmod 0755 "$dir/usr/local/lib" "$dir/usr/local/lib/fakegpu"
   fi
   chmod 0755 "$dir" "$dir/usr" "$dir/usr/local" "$dir/usr/local/bin"
@@ -93,6 +100,7 @@ archives() {
   for image in "${images[@]}"; do
     [[ -x $bins/$image ]] || die "$bins/$image is not built: run $0"
     [[ $image != fakegpu-node-agent || -f $nvml_library ]] || die "$nvml_library is not built: run $0"
+    [[ $image != fakegpu-node-agent || -f $cuda_library ]] || die "$cuda_library is not built: run $0"
     ref=$(ref_of "$image")
     work=$(mktemp -d)
     rootfs_of "$image" "$work"

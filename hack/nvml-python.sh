@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # NVML's Python users (NVIDIA's nvidia-ml-py, gpustat, nvitop; pinned in
 # hack/nvml-python/requirements.txt, from PyPI into a virtualenv under target/) against the
-# library FAKEGPU_NVML_LIBRARY names: hack/nvml-python/test_consumers.py.
+# library FAKEGPU_NVML_LIBRARY names, and NVIDIA's CUDA runtime (the same way) against the
+# libcuda.so built beside it: hack/nvml-python/test_consumers.py.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 requirements=$repo/hack/nvml-python/requirements.txt

@@ -28,12 +28,12 @@ step "unit tests"
 cargo test --locked
 
 step "NVML library through NVIDIA's go-nvml and go-nvlib (hack/nvml-check)"
-cargo build --locked -p fakegpu-nvml
+cargo build --locked -p fakegpu-nvml -p fakegpu-cuda
 # go-nvml's cgo prologue uses functions nvml.h marks deprecated; the warnings are noise here.
 FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so CGO_CFLAGS=-Wno-deprecated-declarations \
   go -C hack/nvml-check test ./... -count=1 -v
 
-step "NVML's Python users (nvidia-ml-py, gpustat, nvitop) against the library (hack/nvml-python.sh)"
+step "NVML's Python users (nvidia-ml-py, gpustat, nvitop) and NVIDIA's CUDA runtime against the libraries (hack/nvml-python.sh)"
 FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so hack/nvml-python.sh
 
 step "NVIDIA's own nvidia-smi (535, 550) against the library prints what fakegpu's prints"

@@ -4,6 +4,7 @@
 pub mod compute_domain;
 pub mod convert;
 pub mod crds;
+pub mod document_source;
 pub mod dra;
 pub mod faults;
 pub mod kubelet_devices;

@@ -534,6 +534,14 @@ pub mod nvml {
     ];
     /// Where the node agent's image carries the library (glibc build) it copies into the root.
     pub const SHIPPED_LIBRARY: &str = "/usr/local/lib/fakegpu/libnvidia-ml.so.1";
+    /// Where the node agent's image carries fakegpu's CUDA driver library (crate `cuda`), which
+    /// it lays out in driver roots as `libcuda.so.<driver version>` with [`CUDA_SONAME`]
+    /// linking to it: NVIDIA's container toolkit finds a root's driver libraries by that file
+    /// (NVIDIA's device plugin cannot write its CDI spec without it) and mounts it into the
+    /// containers it gives GPUs, where the CUDA runtime loads it.
+    pub const SHIPPED_CUDA_LIBRARY: &str = "/usr/local/lib/fakegpu/libcuda.so.1";
+    /// The name the CUDA runtime dlopens.
+    pub const CUDA_SONAME: &str = "libcuda.so.1";
 
     /// The host directory (the node agents' hostPath) holding what containers given GPUs load
     /// NVML from: the library as [`LIBRARY_SONAME`] and the node's document as
@@ -542,6 +550,35 @@ pub mod nvml {
     /// ([`crate::names::container_env::NVML_DIR_PATH`]), with [`TOPOLOGY_ENV`] naming the
     /// document there.
     pub const CONTAINER_DIR: &str = "/var/lib/fakegpu/nvml";
+
+    /// The socket inside a driver root on which the driver-root agent serves the node's
+    /// document ([`crate::document_source`]). NVIDIA's container toolkit mounts the driver's
+    /// IPC sockets it finds in a root into every container it gives GPUs (CDI specs of
+    /// `nvidia-ctk cdi generate`, NVIDIA's device plugin and DRA driver), at the same path
+    /// under `/`: this is nvidia-persistenced's, so a container given GPUs by NVIDIA's toolkit
+    /// reaches the live document through it, though the toolkit mounts no file beside the
+    /// library. Only fakegpu's library and nvidia-smi talk to it.
+    pub const DOCUMENT_SOCKET: &str = "run/nvidia-persistenced/socket";
+    /// Where a container finds [`DOCUMENT_SOCKET`]: the toolkit mounts it at `/run/...` or, on
+    /// hosts where `/var/run` is no link to `/run`, at `/var/run/...`.
+    pub const DOCUMENT_SOCKET_PATHS: [&str; 2] = [
+        "/run/nvidia-persistenced/socket",
+        "/var/run/nvidia-persistenced/socket",
+    ];
+    /// Environment variable naming the document socket instead of [`DOCUMENT_SOCKET_PATHS`]
+    /// (tests serve one elsewhere).
+    pub const DOCUMENT_SOCKET_ENV: &str = "FAKEGPU_NVML_SOCKET";
+    /// The line a client sends on [`DOCUMENT_SOCKET`]; the agent answers with the document
+    /// and closes. A server that is not fakegpu's (a real nvidia-persistenced) does not answer
+    /// it, and the client gives up after a timeout.
+    pub const DOCUMENT_REQUEST: &[u8] = b"fakegpu-topology-document\n";
+    /// The directory holding a GPU container's device nodes. A container given GPUs by
+    /// NVIDIA's toolkit has the device nodes of its GPUs alone (`nvidia<minor>`), and NVML
+    /// sees the GPUs it can open: with the document from [`DOCUMENT_SOCKET`], fakegpu's
+    /// library and nvidia-smi show the GPUs whose node is there.
+    pub const CONTAINER_DEVICE_DIR: &str = "/dev";
+    /// Environment variable naming another [`CONTAINER_DEVICE_DIR`] (tests).
+    pub const DEVICE_DIR_ENV: &str = "FAKEGPU_NVML_DEVICE_DIR";
 }
 
 /// Environment a container given GPUs sees, set by the device plugin's Allocate and by the DRA

@@ -255,6 +255,18 @@ pub enum TopologyError {
 }
 
 impl NodeTopology {
+    /// The CUDA version as NVML and the CUDA driver API give it: `12.4` -> 12040 (major * 1000 +
+    /// minor * 10); 0 for one that does not parse.
+    pub fn cuda_driver_version(&self) -> i32 {
+        let mut parts = self
+            .cuda_version
+            .split('.')
+            .map(|p| p.parse::<i32>().unwrap_or(0));
+        let major = parts.next().unwrap_or(0);
+        let minor = parts.next().unwrap_or(0);
+        major * 1000 + minor * 10
+    }
+
     /// Reads the document of a topology ConfigMap (key [`crate::names::topology::DATA_KEY`]).
     pub fn from_configmap(
         configmap: &k8s_openapi::api::core::v1::ConfigMap,

@@ -18,6 +18,11 @@ nvml_library_in() { # <repo>
   echo "$1/target/x86_64-unknown-linux-gnu/release/libnvidia_ml.so"
 }
 
+# The CUDA driver stub of driver roots (crate cuda/), built the same way and loaded the same way.
+cuda_library_in() { # <repo>
+  echo "$1/target/x86_64-unknown-linux-gnu/release/libcuda.so"
+}
+
 # Prints the folder whose bin/ holds cargo-zigbuild and the Python that runs zig, making it
 # on first use. <repo> is the checkout.
 zigbuild_env() { # <repo>

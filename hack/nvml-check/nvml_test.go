@@ -6,10 +6,13 @@ package nvmlcheck
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -710,4 +713,99 @@ func TestInjectedEccErrorsRaiseEccEvents(t *testing.T) {
 	if _, ret := set.Wait(300); ret != nvml.ERROR_TIMEOUT {
 		t.Errorf("no new errors: %v, want ERROR_TIMEOUT", ret)
 	}
+}
+
+// A container that NVIDIA's container toolkit gave GPUs on a `backend: mock` node has the
+// driver root's library but no document beside it: the library asks the driver-root agent's
+// socket (nvidia-persistenced's, which the toolkit mounts; here one this test serves with the
+// agent's protocol, api/src/document_socket.rs), follows the document it answers, keeps the
+// last one while the agent is away, and sees the GPUs whose device node the container has
+// (NVIDIA_VISIBLE_DEVICES is void under CDI), as NVML does.
+func TestAToolkitContainerAsksTheDriverRootsSocket(t *testing.T) {
+	held := func(fb int) string {
+		return fmt.Sprintf(`  index: 1
+  status:
+    allocatedBy: {namespace: ml, pod: cuda-job, container: main}
+    podGpuUsageStatus:
+      uid-job: {utilization: {min: 10, max: 10}, fbUsed: %d, useKnativeUtilization: false}
+`, fb)
+	}
+	served := strings.Replace(h100(t), "  index: 1\n", held(1000), 1)
+	var mu sync.Mutex
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "socket")
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			conn, err := listener.Accept()
+			if err != nil {
+				return
+			}
+			request := make([]byte, len("fakegpu-topology-document\n"))
+			if _, err := io.ReadFull(conn, request); err == nil && string(request) == "fakegpu-topology-document\n" {
+				mu.Lock()
+				io.WriteString(conn, served)
+				mu.Unlock()
+			}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { listener.Close() })
+	dev := filepath.Join(dir, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"nvidiactl", "nvidia-uvm", "nvidia1"} {
+		if err := os.WriteFile(filepath.Join(dev, node), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("FAKEGPU_NVML_TOPOLOGY", "")
+	os.Unsetenv("FAKEGPU_NVML_TOPOLOGY")
+	t.Setenv("FAKEGPU_NVML_SOCKET", socket)
+	t.Setenv("FAKEGPU_NVML_DEVICE_DIR", dev)
+	t.Setenv("NVIDIA_VISIBLE_DEVICES", "void")
+	t.Setenv("HOSTNAME", "cuda-job")
+	lib := nvml.New(nvml.WithLibraryPath(library(t)))
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		t.Fatalf("Init: %v", ret)
+	}
+	t.Cleanup(func() { lib.Shutdown() })
+
+	doc := read(t, "../../nvml/tests/documents/h100.yml")
+	count, ret := lib.DeviceGetCount()
+	check(t, "device count", count, ret, 1)
+	gpu, _ := lib.DeviceGetHandleByIndex(0)
+	uuid, ret := gpu.GetUUID()
+	check(t, "UUID", uuid, ret, doc.Gpus[1].ID)
+	minor, ret := gpu.GetMinorNumber()
+	check(t, "minor", minor, ret, 1)
+	noInstance := ^uint32(0)
+	processes, ret := gpu.GetComputeRunningProcesses()
+	want := []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1000 * mib, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}}
+	if ret != nvml.SUCCESS || fmt.Sprint(processes) != fmt.Sprint(want) {
+		t.Errorf("its pod's process: %v, %v; want %v", processes, ret, want)
+	}
+
+	// The agent answers with the document of the moment.
+	mu.Lock()
+	served = strings.Replace(h100(t), "  index: 1\n", held(3000), 1)
+	mu.Unlock()
+	var memory nvml.Memory
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if memory, ret = gpu.GetMemoryInfo(); ret != nvml.SUCCESS || memory.Used == 3000*mib {
+			break
+		}
+	}
+	check(t, "memory used once the pod holds more", memory.Used, ret, uint64(3000*mib))
+
+	// The agent restarts (a container keeps the socket it was started with): the last
+	// document stands.
+	listener.Close()
+	time.Sleep(300 * time.Millisecond)
+	memory, ret = gpu.GetMemoryInfo()
+	check(t, "memory used while the agent is away", memory.Used, ret, uint64(3000*mib))
 }

@@ -1,8 +1,9 @@
 """NVML's Python users against fakegpu's library: NVIDIA's nvidia-ml-py (pynvml, which
 PyTorch's torch.cuda memory and utilization helpers call), gpustat and nvitop, in a GPU pod's
 container as the node agent sets one up (the library found by its soname, the node's document
-named by FAKEGPU_NVML_TOPOLOGY, the pod's name in HOSTNAME). Run by hack/nvml-python.sh with
-FAKEGPU_NVML_LIBRARY naming the built library."""
+named by FAKEGPU_NVML_TOPOLOGY, the pod's name in HOSTNAME); and NVIDIA's CUDA runtime against
+fakegpu's libcuda, as a driver root gives it. Run by hack/nvml-python.sh with
+FAKEGPU_NVML_LIBRARY naming the built library (fakegpu's libcuda.so is built beside it)."""
 
 import os
 import pathlib
@@ -54,6 +55,17 @@ pynvml.nvmlShutdown()
 print(json.dumps(out))
 """
 
+CUDA_RUNTIME = """
+import ctypes, json, pathlib, nvidia.cuda_runtime
+lib = pathlib.Path(nvidia.cuda_runtime.__path__[0]) / "lib" / "libcudart.so.12"
+rt = ctypes.CDLL(str(lib))
+rt.cudaGetErrorString.restype = ctypes.c_char_p
+version, count = ctypes.c_int(-1), ctypes.c_int(-1)
+driver = rt.cudaDriverGetVersion(ctypes.byref(version))
+devices = rt.cudaGetDeviceCount(ctypes.byref(count))
+print(json.dumps([driver, version.value, devices, rt.cudaGetErrorString(devices).decode()]))
+"""
+
 
 class Consumers(unittest.TestCase):
     @classmethod
@@ -65,6 +77,10 @@ class Consumers(unittest.TestCase):
         root = pathlib.Path(cls.scratch.name)
         # The soname the bindings dlopen, on the loader's path, as in a container.
         (root / "libnvidia-ml.so.1").symlink_to(pathlib.Path(library).resolve())
+        cuda = pathlib.Path(library).resolve().with_name("libcuda.so")
+        if not cuda.is_file():
+            raise AssertionError(f"{cuda} is not built: cargo build -p fakegpu-cuda")
+        (root / "libcuda.so.1").symlink_to(cuda)
         document = H100.read_text().replace("  index: 0\n", HELD, 1).replace("  index: 1\n", OTHER, 1)
         (root / "topology.yml").write_text(document)
         cls.env = {
@@ -117,6 +133,17 @@ class Consumers(unittest.TestCase):
         row = [line for line in out.splitlines() if " C " in line and "1000MiB" in line]
         self.assertEqual(len(row), 1, out)
         self.assertRegex(row[0], r"\s0\s+1 C\s+\S+\s+1000MiB\s+10\s+4\s")
+
+
+    def test_the_cuda_runtime_finds_the_driver_and_no_device(self):
+        import json
+
+        # NVIDIA's runtime loads libcuda.so.1: the driver's CUDA version is the document's
+        # (12.4), and it reports no device to run kernels on, rather than a missing or
+        # insufficient driver.
+        driver, version, devices, message = json.loads(self.run_python("-c", CUDA_RUNTIME))
+        self.assertEqual((driver, version), (0, 12040))
+        self.assertEqual((devices, message), (100, "no CUDA-capable device is detected"))
 
 
 if __name__ == "__main__":

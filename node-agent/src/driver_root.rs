@@ -7,9 +7,12 @@
 //! <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver version>   fakegpu's NVML library
 //! <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 -> the above      the name components load
 //! <root>/usr/lib/x86_64-linux-gnu/fakegpu-topology.yml                what the library answers from
+//! <root>/usr/lib/x86_64-linux-gnu/libcuda.so.<driver version>        fakegpu's CUDA driver library
+//! <root>/usr/lib/x86_64-linux-gnu/libcuda.so.1 -> the above, libcuda.so -> libcuda.so.1
 //! <root>/usr/bin/nvidia-smi                                           fakegpu's nvidia-smi
 //! <root>/sys/bus/pci/devices/<bus id>/{vendor,device,class,...}       the GPUs' PCI functions
 //! <root>/dev/{nvidiactl,nvidia-uvm,...,nvidia<minor>}                 device nodes, as /dev/null
+//! <root>/run/nvidia-persistenced/socket                               the document, served live
 //! ```
 
 use std::{
@@ -23,8 +26,8 @@ use fakegpu_api::{
     names::{
         label::DEPLOY_DRIVER_ROOT,
         nvml::{
-            CONTROL_DEVICES, DEVICE_NODES, DOCUMENT_BESIDE_LIBRARY, LIBRARY_DIR, LIBRARY_SONAME,
-            NVIDIA_SMI, PCI_DEVICES,
+            CONTROL_DEVICES, CUDA_SONAME, DEVICE_NODES, DOCUMENT_BESIDE_LIBRARY, DOCUMENT_SOCKET,
+            LIBRARY_DIR, LIBRARY_SONAME, NVIDIA_SMI, PCI_DEVICES,
         },
     },
     topology::{NodeTopology, TopologyError},
@@ -34,6 +37,7 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::{
+    document_socket::Served,
     metrics::{self, Metrics},
     replace_file,
     topology_source::Topology,
@@ -50,6 +54,9 @@ pub enum Entry {
     /// A character device that is `/dev/null` (1:3): NVIDIA's components find a GPU's device
     /// node by its path and hand it to containers.
     NullDevice,
+    /// The socket the agent serves the document on ([`Served`]): bound by the agent, not
+    /// written; the layout only keeps it.
+    Socket,
 }
 
 /// `/dev/null`'s major and minor numbers.
@@ -59,11 +66,12 @@ const NULL_DEVICE: (u32, u32) = (1, 3);
 #[derive(Clone, Debug)]
 pub struct Shipped {
     pub library: Arc<[u8]>,
+    pub cuda: Arc<[u8]>,
     pub nvidia_smi: Arc<[u8]>,
 }
 
 impl Shipped {
-    pub fn read(library: &Path, nvidia_smi: &Path) -> std::io::Result<Self> {
+    pub fn read(library: &Path, cuda: &Path, nvidia_smi: &Path) -> std::io::Result<Self> {
         let read = |path: &Path| {
             std::fs::read(path)
                 .map(Arc::from)
@@ -71,6 +79,7 @@ impl Shipped {
         };
         Ok(Self {
             library: read(library)?,
+            cuda: read(cuda)?,
             nvidia_smi: read(nvidia_smi)?,
         })
     }
@@ -92,14 +101,19 @@ pub fn desired(
     let text = |s: String| file(Arc::from(s.into_bytes()), false);
     let lib = Path::new(LIBRARY_DIR);
     let versioned = format!("libnvidia-ml.so.{}", document.driver_version);
+    let cuda = format!("libcuda.so.{}", document.driver_version);
     let mut entries = BTreeMap::from([
         (lib.join(&versioned), file(shipped.library.clone(), false)),
         (lib.join(LIBRARY_SONAME), Entry::Link(versioned.into())),
+        (lib.join(&cuda), file(shipped.cuda.clone(), false)),
+        (lib.join(CUDA_SONAME), Entry::Link(cuda.into())),
+        (lib.join("libcuda.so"), Entry::Link(CUDA_SONAME.into())),
         (lib.join(DOCUMENT_BESIDE_LIBRARY), text(document.to_yaml()?)),
         (
             PathBuf::from(NVIDIA_SMI),
             file(shipped.nvidia_smi.clone(), true),
         ),
+        (PathBuf::from(DOCUMENT_SOCKET), Entry::Socket),
     ]);
     let devices = Path::new(DEVICE_NODES);
     for name in CONTROL_DEVICES {
@@ -190,6 +204,7 @@ fn write(path: &Path, entry: &Entry) -> std::io::Result<bool> {
             std::os::unix::fs::symlink(target, &staged)?;
             std::fs::rename(&staged, path)?;
         }
+        Entry::Socket => return Ok(false),
         Entry::NullDevice => {
             let (major, minor) = NULL_DEVICE;
             let device = rustix::fs::makedev(major, minor);
@@ -253,6 +268,8 @@ pub async fn follow(
     metrics: Metrics,
 ) {
     let mut laid_out = false;
+    let mut served: Option<Served> = None;
+    let socket = root.join(DOCUMENT_SOCKET);
     loop {
         let document = topology.borrow_and_update().clone();
         match document {
@@ -262,6 +279,15 @@ pub async fn follow(
             {
                 Ok(changed) => {
                     laid_out = true;
+                    if !served.as_ref().is_some_and(Served::is_current) {
+                        served = None;
+                        match Served::bind(&socket, topology.clone()) {
+                            Ok(bound) => served = Some(bound),
+                            Err(error) => {
+                                warn!(node, socket = %socket.display(), %error, "cannot serve the document to containers given GPUs by NVIDIA's toolkit")
+                            }
+                        }
+                    }
                     metrics.registered(metrics::DRIVER_ROOT, true);
                     if changed > 0 {
                         info!(node, root = %root.display(), changed, gpus = document.gpus.len(), "driver root in step with the topology document");
@@ -272,6 +298,7 @@ pub async fn follow(
                 }
             },
             None if laid_out => {
+                served = None;
                 remove(&root, &node);
                 laid_out = false;
                 metrics.registered(metrics::DRIVER_ROOT, false);
@@ -341,6 +368,7 @@ mod tests {
     fn shipped() -> Shipped {
         Shipped {
             library: Arc::from(&b"\x7fELF library"[..]),
+            cuda: Arc::from(&b"\x7fELF cuda"[..]),
             nvidia_smi: Arc::from(&b"\x7fELF smi"[..]),
         }
     }
@@ -358,7 +386,8 @@ mod tests {
         // Device nodes need CAP_MKNOD: without it (not root) the rest is laid out all the same.
         let may_mknod = rustix::process::geteuid().is_root();
         let devices = 4 + 2;
-        let expected = entries.len() - if may_mknod { 0 } else { devices };
+        // The document socket is the agent's to bind (see `follow`), not written.
+        let expected = entries.len() - 1 - if may_mknod { 0 } else { devices };
         assert_eq!(apply(&root, &entries)?, expected);
         for name in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
             let node = std::fs::symlink_metadata(root.join(DEVICE_NODES).join(name));
@@ -376,6 +405,15 @@ mod tests {
             std::fs::canonicalize(lib.join("libnvidia-ml.so.1"))?,
             std::fs::canonicalize(lib.join("libnvidia-ml.so.550.163.01"))?
         );
+        // The CUDA driver library by the names a driver installs it under.
+        for name in ["libcuda.so", "libcuda.so.1"] {
+            assert_eq!(
+                std::fs::canonicalize(lib.join(name))?,
+                std::fs::canonicalize(lib.join("libcuda.so.550.163.01"))?,
+                "{name}"
+            );
+        }
+        assert_eq!(std::fs::read(lib.join("libcuda.so.1"))?, b"\x7fELF cuda");
         let answered = std::fs::read_to_string(lib.join(DOCUMENT_BESIDE_LIBRARY))?;
         assert_eq!(NodeTopology::from_yaml(&answered)?.gpus.len(), 2);
         let smi = std::fs::metadata(root.join(NVIDIA_SMI))?;
@@ -437,8 +475,21 @@ mod tests {
             metrics.clone(),
         ));
         let soname = root.join(LIBRARY_DIR).join(LIBRARY_SONAME);
+        let socket = root.join(DOCUMENT_SOCKET);
         sender.send(Some(Arc::new(document(2))))?;
         wait_for(|| soname.exists()).await?;
+        // The containers NVIDIA's toolkit gives GPUs reach the document through the socket,
+        // which the layout's later passes keep.
+        wait_for(|| std::fs::metadata(&socket).is_ok_and(|m| m.file_type().is_socket())).await?;
+        let fetched = |socket: PathBuf| {
+            tokio::task::spawn_blocking(move || fakegpu_api::document_source::fetch(&socket))
+        };
+        let text = fetched(socket.clone()).await??;
+        assert_eq!(NodeTopology::from_yaml(&text)?.gpus.len(), 2);
+        // The socket answers with the document of the moment.
+        sender.send(Some(Arc::new(document(3))))?;
+        let text = fetched(socket.clone()).await??;
+        assert_eq!(NodeTopology::from_yaml(&text)?.gpus.len(), 3);
         sender.send(None)?;
         wait_for(|| std::fs::read_dir(&root).is_ok_and(|mut d| d.next().is_none())).await?;
         drop(sender);

@@ -7,7 +7,8 @@
 //!   and the report of which GPUs the kubelet gave each container;
 //! - [`dra`]: the DRA kubelet plugin for driver `gpu.nvidia.com`, and the node's ResourceSlice;
 //! - [`driver_root`]: on nodes of `backend: mock` pools, the driver root NVIDIA's own components
-//!   load fakegpu's NVML library from;
+//!   load fakegpu's NVML library from; [`document_socket`]: its socket serving the node's
+//!   document to the containers NVIDIA's toolkit gives GPUs;
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`uds`]: gRPC over Unix sockets; [`lenient_grpc`]: the registration socket's server;
 //! - [`proto`]: the kubelet's API definitions, generated;
@@ -18,6 +19,7 @@ pub const FIELD_MANAGER: &str = "fakegpu-node-agent";
 
 pub mod container;
 pub mod device_plugin;
+pub mod document_socket;
 pub mod dra;
 pub mod driver_root;
 pub mod lenient_grpc;

@@ -30,7 +30,7 @@ use fakegpu_api::names::{
         DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
     },
     kubelet_devices,
-    nvml::{CONTAINER_DIR, DRIVER_ROOT_ENV, SHIPPED_LIBRARY},
+    nvml::{CONTAINER_DIR, DRIVER_ROOT_ENV, SHIPPED_CUDA_LIBRARY, SHIPPED_LIBRARY},
 };
 use fakegpu_node_agent::{
     container::{self, ContainerEdits},
@@ -107,6 +107,7 @@ async fn run() -> anyhow::Result<()> {
     let shipped = match &driver_root {
         Some(_) => Some(driver_root::Shipped::read(
             SHIPPED_LIBRARY.as_ref(),
+            SHIPPED_CUDA_LIBRARY.as_ref(),
             &container::shipped_nvidia_smi()
                 .context("the image has no nvidia-smi beside the agent")?,
         )?),

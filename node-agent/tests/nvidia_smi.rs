@@ -328,3 +328,80 @@ fn the_document_in_the_container_serves_without_the_exporter() -> anyhow::Result
     std::fs::remove_dir_all(&scratch)?;
     Ok(())
 }
+
+/// In a container NVIDIA's container toolkit gave GPUs on a `backend: mock` node, the toolkit
+/// mounts the driver root's nvidia-smi and library but no document, and the driver-root
+/// agent's socket: nvidia-smi asks the agent there (a real socket, served by the agent's own
+/// code) and shows the GPUs whose device node the container has (`NVIDIA_VISIBLE_DEVICES` is
+/// `void` under CDI), with the container's pod's process.
+#[tokio::test]
+async fn a_container_given_gpus_by_nvidia_s_toolkit_asks_the_driver_root_s_socket()
+-> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use fakegpu_api::names::{container_env, nvml};
+    use fakegpu_node_agent::document_socket::Served;
+
+    let profile = fakegpu_api::profiles::profile("t4").context("t4 profile")?;
+    let mut document = report(profile).topology;
+    // GPU 2 is the container's: its pod holds it.
+    document.gpus[2].status = GpuStatus {
+        allocated_by: AllocatedBy {
+            namespace: "team-b".into(),
+            pod: "cuda-job".into(),
+            container: "main".into(),
+        },
+        pod_gpu_usage_status: BTreeMap::from([(
+            "uid-cuda-job".into(),
+            PodGpuUsage {
+                fb_used: 3000,
+                ..Default::default()
+            },
+        )]),
+    };
+    let scratch = std::env::temp_dir().join(format!("fakegpu-smi-socket-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let dev = scratch.join("dev");
+    std::fs::create_dir_all(&dev)?;
+    for node in ["nvidiactl", "nvidia-uvm", "nvidia2"] {
+        std::fs::write(dev.join(node), b"")?;
+    }
+    let socket = scratch.join("socket");
+    let (_sender, receiver) = tokio::sync::watch::channel(Some(Arc::new(document)));
+    let _served = Served::bind(&socket, receiver)?;
+    let run = |args: &'static [&'static str]| {
+        let (socket, dev) = (socket.clone(), dev.clone());
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_nvidia-smi"))
+                .args(args)
+                .env_clear()
+                .env(nvml::DOCUMENT_SOCKET_ENV, &socket)
+                .env(nvml::DEVICE_DIR_ENV, &dev)
+                .env(container_env::VISIBLE_DEVICES, "void")
+                .env(container_env::HOSTNAME, "cuda-job")
+                .output()
+        })
+    };
+    let listed = run(&["-L"]).await??;
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        format!("GPU 0: Tesla T4 (UUID: {})\n", gpu_uuid(NODE, 2)),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let apps = run(&[
+        "--query-compute-apps=gpu_uuid,pid,used_memory",
+        "--format=csv,noheader",
+    ])
+    .await??;
+    assert_eq!(
+        String::from_utf8_lossy(&apps.stdout),
+        format!("{}, 1, 3000 MiB\n", gpu_uuid(NODE, 2))
+    );
+    // No device node of a GPU: none, as NVML in such a container sees none.
+    std::fs::remove_file(dev.join("nvidia2"))?;
+    let none = run(&["-L"]).await??;
+    assert_eq!(none.status.code(), Some(6));
+    std::fs::remove_dir_all(&scratch)?;
+    Ok(())
+}

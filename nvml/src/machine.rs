@@ -245,7 +245,7 @@ impl Machine {
         Self {
             driver_version: document.driver_version.clone(),
             nvml_version: format!("{cuda_major}.{}", document.driver_version),
-            cuda_driver_version: cuda_driver_version(&document.cuda_version),
+            cuda_driver_version: document.cuda_driver_version(),
             devices,
         }
     }
@@ -322,14 +322,6 @@ fn mig_instance(document: &NodeTopology, mig: &MigDevice, asking: Asking<'_>) ->
         memory_used_bytes: mig.status.memory_used(mig.memory) * MIB,
         bar1_bytes: mig.bar1_mib(document.gpu_memory) * MIB,
     }
-}
-
-/// `12.4` -> 12040: major * 1000 + minor * 10.
-pub fn cuda_driver_version(text: &str) -> i32 {
-    let mut parts = text.split('.').map(|p| p.parse::<i32>().unwrap_or(0));
-    let major = parts.next().unwrap_or(0);
-    let minor = parts.next().unwrap_or(0);
-    major * 1000 + minor * 10
 }
 
 /// `9.0` -> (9, 0); unknown -> (0, 0).
@@ -651,7 +643,11 @@ mod tests {
 
     #[test]
     fn unknown_values_read_as_nvml_s_unknowns() {
-        assert_eq!(cuda_driver_version("garbage"), 0);
+        let garbage = NodeTopology {
+            cuda_version: "garbage".into(),
+            ..NodeTopology::default()
+        };
+        assert_eq!(garbage.cuda_driver_version(), 0);
         assert_eq!(compute_capability(""), (0, 0));
         assert_eq!(architecture_of("Rubin?"), architecture::UNKNOWN);
         assert_eq!(brand_of(""), brand::UNKNOWN);

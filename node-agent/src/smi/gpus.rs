@@ -1,13 +1,16 @@
 //! From the exporter's report and the container's environment to the GPUs nvidia-smi shows
 //! (pure, so every layout is tested without a cluster).
 
+use std::path::PathBuf;
+
 use fakegpu_api::{
+    document_source,
     faults::GpuFaults,
     names::{container_env, nvml::TOPOLOGY_ENV},
     profiles::{MigEngines, profile_by_product},
     report::NodeReport,
     telemetry::{self, Load},
-    topology::{Caller, CallerEnv, GpuStatus, GpuTopology, PodGpuUsage, long_bus_id},
+    topology::{Caller, CallerEnv, GpuStatus, GpuTopology, NodeTopology, PodGpuUsage, long_bus_id},
 };
 
 /// What nvidia-smi learns from its process and container.
@@ -28,6 +31,13 @@ pub struct Environment {
     /// `FAKEGPU_NVML_TOPOLOGY`: the node's document, as the node agent keeps it for the
     /// container's NVML library; read instead of asking the exporter when it is there.
     pub document: Option<String>,
+    /// Without [`Self::document`]: the driver-root agent's socket serving it, which NVIDIA's
+    /// container toolkit mounts into the containers it gives GPUs on `backend: mock` nodes
+    /// (the toolkit mounts this nvidia-smi from the driver root too).
+    pub document_socket: Option<PathBuf>,
+    /// Where the container's device nodes are (`/dev`): with the document from the socket,
+    /// the GPUs shown are those whose device node the container has, as NVML sees them.
+    pub device_dir: PathBuf,
     /// The utilization draw period of now (`FAKEGPU_UTILIZATION_INTERVAL_SECONDS`, as the
     /// exporter's), for a report made from the document.
     pub draw_period: u64,
@@ -44,6 +54,7 @@ impl Environment {
                 String::from_utf8(first).ok().filter(|n| !n.is_empty())
             })
             .unwrap_or_else(|| "[Not Found]".to_owned());
+        let document = var(TOPOLOGY_ENV).filter(|path| !path.is_empty());
         Self {
             node: var(container_env::NODE_NAME),
             exporter_url: var(container_env::EXPORTER_URL),
@@ -51,12 +62,23 @@ impl Environment {
             gpu_share: var(container_env::RUNAI_NUM_OF_GPUS),
             process_id: Caller::PROCESS_ID,
             process_name,
-            document: var(TOPOLOGY_ENV).filter(|path| !path.is_empty()),
+            document: document.clone(),
+            document_socket: document.is_none().then(document_source::find).flatten(),
+            device_dir: document_source::device_dir(),
             draw_period: telemetry::draw_period(
                 std::time::SystemTime::now(),
                 telemetry::draw_interval_from_env(),
             ),
         }
+    }
+
+    /// This environment in a container NVIDIA's toolkit gave GPUs: it was given those of
+    /// `document` whose device node it has (`NVIDIA_VISIBLE_DEVICES` is `void` under CDI).
+    pub fn given_by_device_nodes(&self, document: &NodeTopology) -> Self {
+        let mut env = self.clone();
+        env.identity.visible_devices =
+            Some(document_source::given_gpus(document, &self.device_dir));
+        env
     }
 }
 

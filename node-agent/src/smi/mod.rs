@@ -40,26 +40,36 @@ pub mod exit {
 /// The node's GPUs: from the node's document in the container when the node agent put it there
 /// (no network, and the same draws as the exporter's; the exporter is asked when a pod on the
 /// node takes Knative request rates, which only it knows), else from the exporter. Errors are
-/// written to `out`/`err` and returned as the exit code.
-fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result<NodeReport, i32> {
-    let local = env
-        .document
-        .as_deref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
+/// written to `out`/`err` and returned as the exit code. True with a report made from the
+/// driver-root agent's socket (a container NVIDIA's toolkit gave GPUs).
+fn report(
+    env: &Environment,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(NodeReport, bool), i32> {
+    let (text, from_socket) = match (&env.document, &env.document_socket) {
+        (Some(path), _) => (std::fs::read_to_string(path).ok(), false),
+        (None, Some(socket)) => (fakegpu_api::document_source::fetch(socket).ok(), true),
+        (None, None) => (None, false),
+    };
+    let local = text
         .and_then(|text| NodeTopology::from_yaml(&text).ok())
         .map(|document| {
             let node = env.node.as_deref().unwrap_or_default();
             NodeReport::drawn(node, &document, env.draw_period)
         });
+    if from_socket && let Some(report) = local {
+        return Ok((report, true));
+    }
     let local = match local {
-        Some(report) if !report.topology.wants_knative() => return Ok(report),
+        Some(report) if !report.topology.wants_knative() => return Ok((report, false)),
         other => other,
     };
     let node = env.node.as_deref().filter(|n| !n.is_empty());
     let url = env.exporter_url.as_deref().filter(|u| !u.is_empty());
     let (Some(node), Some(url)) = (node, url) else {
         if let Some(report) = local {
-            return Ok(report);
+            return Ok((report, false));
         }
         let _ = if node.is_none() {
             writeln!(
@@ -78,9 +88,9 @@ fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result
         return Err(exit::DRIVER_NOT_LOADED);
     };
     match (node_report(url, node), local) {
-        (Ok(report), _) => Ok(report),
+        (Ok(report), _) => Ok((report, false)),
         // The exporter was asked for Knative rates only: without it, the document's draws.
-        (Err(FetchError::Unreachable { .. }), Some(local)) => Ok(local),
+        (Err(FetchError::Unreachable { .. }), Some(local)) => Ok((local, false)),
         (Err(FetchError::NoNode), _) => {
             let _ = writeln!(out, "No devices were found");
             Err(exit::NOT_FOUND)
@@ -120,9 +130,16 @@ pub fn run(
         let _ = out.write_all(args::HELP.as_bytes());
         return exit::OK;
     }
-    let report = match report(env, out, err) {
-        Ok(report) => report,
+    let (report, from_socket) = match report(env, out, err) {
+        Ok(answer) => answer,
         Err(code) => return code,
+    };
+    let given;
+    let env = if from_socket {
+        given = env.given_by_device_nodes(&report.topology);
+        &given
+    } else {
+        env
     };
     let machine = machine(&report, env);
     let selected = match command.selection() {
