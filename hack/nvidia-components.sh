@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds NVIDIA's own GPU feature discovery and device plugin (github.com/NVIDIA/k8s-device-plugin)
-# and container toolkit CLI (nvidia-ctk, github.com/NVIDIA/nvidia-container-toolkit), fetched
+# and container toolkit CLI and CDI hooks (nvidia-ctk, nvidia-cdi-hook,
+# github.com/NVIDIA/nvidia-container-toolkit), fetched
 # from the Go module proxy at build time, never committed, into target/hack-bin/nvidia/, for
 # the real-node tests that run them against the driver root a `backend: mock` pool lays out.
 # Prints the directory.
@@ -22,10 +23,12 @@ work=$repo/target/hack-build/k8s-device-plugin-$version
 log() { printf '[nvidia] %s\n' "$*" >&2; }
 
 export GOFLAGS=-mod=mod
-if [[ ! -x $out/nvidia-ctk || $(cat "$out/.toolkit-version" 2>/dev/null) != "$toolkit" ]]; then
-  log "building nvidia-ctk $toolkit (about a minute)"
+if [[ ! -x $out/nvidia-ctk || ! -x $out/nvidia-cdi-hook ||
+  $(cat "$out/.toolkit-version" 2>/dev/null) != "$toolkit" ]]; then
+  log "building nvidia-ctk and nvidia-cdi-hook $toolkit (about a minute)"
   mkdir -p "$out"
-  (cd /tmp && GOBIN=$out go install "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$toolkit" >&2)
+  (cd /tmp && GOBIN=$out go install "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$toolkit" \
+    "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook@$toolkit" >&2)
   echo "$toolkit" >"$out/.toolkit-version"
 fi
 if [[ -x $out/gpu-feature-discovery && -x $out/nvidia-device-plugin && -f $out/.version &&

@@ -223,6 +223,9 @@ fn visible_device(output: &str, expected: &[String]) -> anyhow::Result<String> {
 struct NvmlView {
     driver: String,
     gpus: Vec<NvmlGpu>,
+    /// What the command the probe was asked to run afterwards printed.
+    #[serde(default)]
+    ran: String,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -263,18 +266,23 @@ fn the_probe_is_the_process(what: &str, processes: &[NvmlProcess]) -> anyhow::Re
 }
 
 /// Runs the NVML probe in a pod on the real node with `resources` and `spec` (as
-/// [`run_on_real_node`]) and returns what go-nvml showed it.
+/// [`run_on_real_node`]) and returns what go-nvml showed it; with `then`, the probe runs that
+/// command line afterwards ([`NvmlView::ran`]).
 async fn nvml_in_pod(
     client: &Client,
     namespace: &str,
     name: &str,
     resources: serde_json::Value,
     mut spec: serde_json::Value,
+    then: Option<&str>,
 ) -> anyhow::Result<NvmlView> {
+    let mut env = vec![json!({"name": "NVML_PROBE_AWAIT_PROCESS", "value": "60"})];
+    if let Some(command) = then {
+        env.push(json!({"name": "NVML_PROBE_RUN", "value": command}));
+    }
     spec["containers"] = json!([{
         "name": "main", "image": NVML_PROBE_IMAGE, "imagePullPolicy": "Never",
-        "command": ["/nvml-probe"], "resources": resources,
-        "env": [{"name": "NVML_PROBE_AWAIT_PROCESS", "value": "60"}],
+        "command": ["/nvml-probe"], "resources": resources, "env": env,
     }]);
     let output = run_on_real_node(client, namespace, name, "", json!({}), spec).await?;
     serde_json::from_str(output.trim()).with_context(|| format!("the probe printed {output}"))
@@ -483,6 +491,7 @@ async fn device_plugin(client: &Client, pool: &str, namespace: &str) -> anyhow::
         "nvml",
         json!({"limits": {"nvidia.com/gpu": 1}}),
         json!({"runtimeClassName": "nvidia"}),
+        None,
     )
     .await?;
     nvml_sees_one_gpu(&view, &document, &uuids)?;
@@ -568,6 +577,7 @@ async fn dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()>
         "nvml",
         json!({"claims": [{"name": "gpu"}]}),
         json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
+        None,
     )
     .await?;
     nvml_sees_one_gpu(&view, &pool_document(client, &node, pool).await?, &uuids)?;
@@ -858,6 +868,7 @@ async fn mig_mixed(client: &Client, pool: &str, namespace: &str) -> anyhow::Resu
         "mig-nvml",
         json!({"limits": {"nvidia.com/mig-1g.5gb": 1}}),
         json!({"runtimeClassName": "nvidia"}),
+        None,
     )
     .await?;
     let parent = &document.gpus[0];
@@ -1739,7 +1750,8 @@ fn device_nodes_in_root(root: &std::path::Path, document: &NodeTopology) -> anyh
 
 /// NVIDIA's container toolkit (`nvidia-ctk cdi generate`, the discovery NVIDIA's device plugin
 /// and DRA driver use for CDI) makes a spec of the root: each GPU of `document` by UUID with its
-/// device node, the driver's control devices, and the library by its versioned name.
+/// device node, the driver's control devices, the NVML and CUDA libraries by their versioned
+/// names, and the socket serving the document.
 fn toolkit_cdi_spec(root: &std::path::Path, document: &NodeTopology) -> anyhow::Result<()> {
     let run = std::process::Command::new(nvidia_binary("nvidia-ctk")?)
         .args(["cdi", "generate"])
@@ -1785,17 +1797,23 @@ fn toolkit_cdi_spec(root: &std::path::Path, document: &NodeTopology) -> anyhow::
             .any(|(path, _)| path == "/dev/nvidiactl"),
         "no /dev/nvidiactl in NVIDIA's spec: {common:#}"
     );
-    let library = format!("libnvidia-ml.so.{}", document.driver_version);
-    ensure!(
-        common["mounts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|m| m["hostPath"]
-                .as_str()
-                .is_some_and(|p| p.ends_with(&library))),
-        "NVIDIA's spec mounts no {library}: {common:#}"
-    );
+    // The driver's libraries by their versioned names, and the document's socket.
+    for mounted in [
+        format!("libnvidia-ml.so.{}", document.driver_version),
+        format!("libcuda.so.{}", document.driver_version),
+        fakegpu_api::names::nvml::DOCUMENT_SOCKET.to_owned(),
+    ] {
+        ensure!(
+            common["mounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["hostPath"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(&mounted))),
+            "NVIDIA's spec mounts no {mounted}: {common:#}"
+        );
+    }
     Ok(())
 }
 
@@ -1969,38 +1987,16 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
 
     // NVIDIA's device plugin serves the node's GPUs to the kubelet from the same root, and a
     // pod gets one of the document's GPUs through it.
-    let log = fakegpu_e2e::cluster_dir().join("logs/nvidia-device-plugin.log");
-    let mut plugin = std::process::Command::new(nvidia_binary("nvidia-device-plugin")?)
-        .arg(format!("--driver-root={DRIVER_ROOT}"))
-        .arg(format!("--driver-root-ctr-path={DRIVER_ROOT}"))
-        // "auto" looks for the library on the host's own paths, where a GPU Operator's
-        // container toolkit would have put it; with a driver root the strategy is named.
-        .arg("--device-discovery-strategy=nvml")
-        // The GPU's device nodes (the root's, under its driver root) go to the container.
-        .arg("--pass-device-specs=true")
-        .arg("--fail-on-init-error=true")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()?;
+    let plugin = nvidia_device_plugin(
+        "nvidia-device-plugin",
+        &[
+            // The GPU's device nodes (the root's, under its driver root) go to the container.
+            "--pass-device-specs=true",
+        ],
+    )?;
+    let log = plugin.log.clone();
     let served = async {
-        // The node's allocatable may still list the devices of the previous test's plugin:
-        // wait for NVIDIA's plugin's own word that the kubelet took its registration.
-        eventually(
-            "NVIDIA's device plugin registered with the kubelet, advertising 2 GPUs",
-            CONVERGE,
-            || async {
-                let said = std::fs::read_to_string(&log)?;
-                ensure!(
-                    !said.contains("error starting plugins"),
-                    "NVIDIA's device plugin failed: {said}"
-                );
-                let registered =
-                    said.contains("Registered device plugin for 'nvidia.com/gpu' with Kubelet");
-                let count = allocatable(client, &node, "nvidia.com/gpu").await?;
-                Ok((registered && count.as_deref() == Some("2")).then_some(()))
-            },
-        )
-        .await?;
+        plugin.registered(client, 2).await?;
         let visible = holding_pod(
             client,
             namespace,
@@ -2077,14 +2073,128 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
     // The fault goes with the test (NVIDIA's plugin never marks a GPU healthy again, so the
     // next test starts from a fresh plugin anyway).
     let cleared = fakegpu_e2e::annotate_node(client, &node, GPU_FAULTS, None).await;
-    // SIGTERM: the plugin removes its socket, and the kubelet drops its devices.
-    let stopped = std::process::Command::new("kill")
-        .args(["-TERM", &plugin.id().to_string()])
-        .status()
-        .map_err(anyhow::Error::from)
-        .and_then(|_| Ok(plugin.wait()?));
+    let stopped = plugin.stop();
     served?;
     stopped?;
     cleared?;
-    Ok(())
+    toolkit_container(client, namespace, &document).await
+}
+
+/// NVIDIA's device plugin, built by hack/nvidia-components.sh, run on the real node's host
+/// against the bundle's driver root with `args` besides, logging to `logs/<name>.log` of the
+/// cluster directory.
+struct NvidiaDevicePlugin {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+fn nvidia_device_plugin(name: &str, args: &[&str]) -> anyhow::Result<NvidiaDevicePlugin> {
+    use fakegpu_api::names::nvml::{DRIVER_ROOT, LIBRARY_DIR};
+    let log = fakegpu_e2e::cluster_dir().join(format!("logs/{name}.log"));
+    let child = std::process::Command::new(nvidia_binary("nvidia-device-plugin")?)
+        // Before it looks in its driver root, the plugin checks for CDI strategies that NVML
+        // loads by name alone (go-nvlib's `HasNvml`), as in the container NVIDIA's toolkit
+        // would have given the driver's libraries: here, the root's.
+        .env(
+            "LD_LIBRARY_PATH",
+            std::path::Path::new(DRIVER_ROOT).join(LIBRARY_DIR),
+        )
+        .arg(format!("--driver-root={DRIVER_ROOT}"))
+        .arg(format!("--driver-root-ctr-path={DRIVER_ROOT}"))
+        // "auto" looks for the library on the host's own paths, where a GPU Operator's
+        // container toolkit would have put it; with a driver root the strategy is named.
+        .arg("--device-discovery-strategy=nvml")
+        .arg("--fail-on-init-error=true")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    Ok(NvidiaDevicePlugin { child, log })
+}
+
+impl NvidiaDevicePlugin {
+    /// Waits until the kubelet took the plugin's registration and offers `gpus` GPUs.
+    async fn registered(&self, client: &Client, gpus: usize) -> anyhow::Result<()> {
+        let node = real_node();
+        // The node's allocatable may still list the devices of the previous plugin: wait for
+        // NVIDIA's plugin's own word that the kubelet took its registration.
+        eventually(
+            &format!("NVIDIA's device plugin registered with the kubelet, advertising {gpus} GPUs"),
+            CONVERGE,
+            || async {
+                let said = std::fs::read_to_string(&self.log)?;
+                ensure!(
+                    !said.contains("error starting plugins"),
+                    "NVIDIA's device plugin failed: {said}"
+                );
+                let registered =
+                    said.contains("Registered device plugin for 'nvidia.com/gpu' with Kubelet");
+                let count = allocatable(client, &node, "nvidia.com/gpu").await?;
+                Ok((registered && count == Some(gpus.to_string())).then_some(()))
+            },
+        )
+        .await
+    }
+
+    /// SIGTERM: the plugin removes its socket, and the kubelet drops its devices.
+    fn stop(mut self) -> anyhow::Result<()> {
+        std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+/// NVIDIA's device plugin in CDI mode gives a pod a GPU through NVIDIA's container toolkit: its
+/// CDI spec (made from the driver root by NVIDIA's own discovery, with NVIDIA's hooks, which
+/// containerd runs) mounts the root's library, nvidia-smi and document socket, and no document.
+/// go-nvml in the container sees that GPU alone, with the pod's process, through the socket,
+/// and the root's nvidia-smi (fakegpu's) lists the same GPU.
+async fn toolkit_container(
+    client: &Client,
+    namespace: &str,
+    document: &NodeTopology,
+) -> anyhow::Result<()> {
+    let hook = nvidia_binary("nvidia-cdi-hook")?;
+    let hook_arg = format!("--nvidia-cdi-hook-path={}", hook.display());
+    let plugin = nvidia_device_plugin(
+        "nvidia-device-plugin-cdi",
+        &["--device-list-strategy=cdi-cri", &hook_arg],
+    )?;
+    // The plugin's spec, which it leaves behind: the host is left as it was.
+    let spec = std::path::Path::new("/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json");
+    let given = async {
+        // The earlier plugin's pod still holds one GPU; the kubelet offers both anew.
+        plugin.registered(client, 2).await?;
+        let view = nvml_in_pod(
+            client,
+            namespace,
+            "toolkit-nvml",
+            json!({"limits": {"nvidia.com/gpu": 1}}),
+            json!({}),
+            Some("/usr/bin/nvidia-smi -L"),
+        )
+        .await?;
+        let uuids: Vec<String> = document.gpus.iter().map(|g| g.id.clone()).collect();
+        nvml_sees_one_gpu(&view, document, &uuids)?;
+        let uuid = &view.gpus[0].uuid;
+        ensure!(
+            view.ran == format!("GPU 0: {} (UUID: {uuid})\n", document.gpu_product),
+            "nvidia-smi -L in the container: {:?}",
+            view.ran
+        );
+        let written = std::fs::read_to_string(spec)
+            .with_context(|| format!("NVIDIA's plugin wrote no {}", spec.display()))?;
+        ensure!(
+            written.contains(fakegpu_api::names::nvml::DOCUMENT_SOCKET),
+            "NVIDIA's CDI spec mounts no document socket: {written}"
+        );
+        Ok(())
+    }
+    .await;
+    let stopped = plugin.stop();
+    let _ = std::fs::remove_file(spec);
+    given?;
+    stopped
 }

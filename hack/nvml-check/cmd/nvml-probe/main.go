@@ -7,13 +7,18 @@
 // NVML_PROBE_AWAIT_PROCESS=<seconds> makes it look again every half second, up to that long,
 // until some GPU lists a process: the pod's use of its GPU reaches the node's document a moment
 // after the pod is bound, and the container may start first.
+//
+// NVML_PROBE_RUN=<program> [args...] runs that command line (split at spaces) afterwards and
+// adds what it printed as "ran": the container has no shell to run it with.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -43,6 +48,7 @@ type gpu struct {
 type report struct {
 	Driver string `json:"driver"`
 	GPUs   []gpu  `json:"gpus"`
+	Ran    string `json:"ran,omitempty"`
 }
 
 func check(what string, ret nvml.Return) {
@@ -122,6 +128,14 @@ func main() {
 		out, busy = look(driver)
 	}
 	check("Shutdown", nvml.Shutdown())
+	if command := strings.Fields(os.Getenv("NVML_PROBE_RUN")); len(command) > 0 {
+		printed, err := exec.Command(command[0], command[1:]...).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nvml-probe: %v: %v: %s\n", command, err, printed)
+			os.Exit(1)
+		}
+		out.Ran = string(printed)
+	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		fmt.Fprintln(os.Stderr, "nvml-probe:", err)
 		os.Exit(1)
