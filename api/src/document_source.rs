@@ -44,8 +44,8 @@ pub enum Located {
     Socket(PathBuf),
 }
 
-/// The document of the library mapped at `code` (an address inside it); `None` when the
-/// library's own file cannot be told.
+/// Where the library mapped at `code` (an address inside it) reads the document from; `None`
+/// when the library's own file cannot be told.
 pub fn locate(code: usize) -> Option<Located> {
     if let Some(path) = std::env::var_os(TOPOLOGY_ENV) {
         return Some(Located::File(path.into()));
@@ -89,8 +89,8 @@ fn mapped_file(maps: &str, address: usize) -> Option<&Path> {
     })
 }
 
-/// How long a client waits for the whole document: the agent answers from memory at once; a
-/// server that is not fakegpu's never answers.
+/// How long a client waits on each read or write: the agent answers from memory at once; a
+/// server that is not fakegpu's (a real nvidia-persistenced) never answers.
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A document larger than this is refused (a 64-GPU node's is tens of KiB).

@@ -114,27 +114,11 @@ async fn answer(mut stream: UnixStream, topology: &Topology) -> std::io::Result<
 mod tests {
     use std::sync::Arc;
 
-    use fakegpu_api::{
-        document_source::fetch,
-        topology::{GpuTopology, NodeTopology},
-    };
+    use fakegpu_api::{document_source::fetch, topology::NodeTopology};
     use tokio::sync::watch;
 
     use super::*;
-
-    fn document(gpus: u32) -> NodeTopology {
-        NodeTopology {
-            driver_version: "550.163.01".into(),
-            gpus: (0..gpus)
-                .map(|i| GpuTopology {
-                    id: format!("GPU-{i}"),
-                    index: i,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
+    use crate::driver_root::tests::document;
 
     /// The blocking client, as the library and nvidia-smi run it, off the runtime's threads.
     async fn fetched(socket: &Path) -> std::io::Result<String> {

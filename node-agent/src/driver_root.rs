@@ -341,7 +341,7 @@ pub fn remove(root: &Path, node: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use fakegpu_api::topology::GpuTopology;
@@ -349,7 +349,8 @@ mod tests {
 
     use super::*;
 
-    fn document(gpus: u32) -> NodeTopology {
+    /// A document of `gpus` GPUs (two per NUMA node) of driver 550.163.01.
+    pub(crate) fn document(gpus: u32) -> NodeTopology {
         NodeTopology {
             driver_version: "550.163.01".into(),
             gpus: (0..gpus)
