@@ -368,7 +368,7 @@ async fn a_container_given_gpus_by_nvidia_s_toolkit_asks_the_driver_root_s_socke
     }
     let socket = scratch.join("socket");
     let (_sender, receiver) = tokio::sync::watch::channel(Some(Arc::new(document)));
-    let _served = Served::bind(&socket, receiver)?;
+    let served = Served::bind(&socket, receiver)?;
     let run = |args: &'static [&'static str]| {
         let (socket, dev) = (socket.clone(), dev.clone());
         tokio::task::spawn_blocking(move || {
@@ -402,6 +402,12 @@ async fn a_container_given_gpus_by_nvidia_s_toolkit_asks_the_driver_root_s_socke
     std::fs::remove_file(dev.join("nvidia2"))?;
     let none = run(&["-L"]).await??;
     assert_eq!(none.status.code(), Some(6));
+    // The agent gone (its socket's listener with it): the driver cannot be reached.
+    drop(served);
+    let gone = run(&["-L"]).await??;
+    assert_eq!(gone.status.code(), Some(9));
+    let said = String::from_utf8_lossy(&gone.stderr);
+    assert!(said.contains("fakegpu's driver-root agent"), "{said}");
     std::fs::remove_dir_all(&scratch)?;
     Ok(())
 }

@@ -47,10 +47,30 @@ fn report(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(NodeReport, bool), i32> {
-    let (text, from_socket) = match (&env.document, &env.document_socket) {
-        (Some(path), _) => (std::fs::read_to_string(path).ok(), false),
-        (None, Some(socket)) => (fakegpu_api::document_source::fetch(socket).ok(), true),
-        (None, None) => (None, false),
+    let text = match (&env.document, &env.document_socket) {
+        (Some(path), _) => std::fs::read_to_string(path).ok(),
+        (None, Some(socket)) => {
+            // A container NVIDIA's toolkit gave GPUs: the socket is all it has of the driver.
+            let fetched = fakegpu_api::document_source::fetch(socket)
+                .and_then(|text| NodeTopology::from_yaml(&text).map_err(std::io::Error::other));
+            return match fetched {
+                Ok(document) => {
+                    let node = env.node.as_deref().unwrap_or_default();
+                    Ok((NodeReport::drawn(node, &document, env.draw_period), true))
+                }
+                Err(error) => {
+                    let _ = writeln!(
+                        err,
+                        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA \
+                         driver: {}: {error}. Make sure fakegpu's driver-root agent is running \
+                         on this node.",
+                        socket.display()
+                    );
+                    Err(exit::DRIVER_NOT_LOADED)
+                }
+            };
+        }
+        (None, None) => None,
     };
     let local = text
         .and_then(|text| NodeTopology::from_yaml(&text).ok())
@@ -58,9 +78,6 @@ fn report(
             let node = env.node.as_deref().unwrap_or_default();
             NodeReport::drawn(node, &document, env.draw_period)
         });
-    if from_socket && let Some(report) = local {
-        return Ok((report, true));
-    }
     let local = match local {
         Some(report) if !report.topology.wants_knative() => return Ok((report, false)),
         other => other,
