@@ -5,6 +5,7 @@
 use std::{
     os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -12,14 +13,16 @@ use fakegpu_api::names::nvml::DOCUMENT_REQUEST;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{UnixListener, UnixStream},
+    sync::Semaphore,
     task::JoinHandle,
 };
 use tracing::{debug, info};
 
 use crate::topology_source::Topology;
 
-/// How long a client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request: fakegpu's clients send it as they connect,
+/// and wait for their answer a few times longer than this.
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A socket being served; serving stops when this is dropped.
 #[derive(Debug)]
@@ -70,8 +73,16 @@ impl Served {
     }
 }
 
+/// Clients answered at once: a client that connects and sends nothing holds its slot until
+/// [`REQUEST_TIMEOUT`], so any container may slow the others, not exhaust the agent.
+const CLIENTS_AT_ONCE: usize = 32;
+
 async fn accept(listener: UnixListener, topology: Topology) {
+    let slots = Arc::new(Semaphore::new(CLIENTS_AT_ONCE));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, _)) => {
                 let topology = topology.clone();
@@ -79,6 +90,7 @@ async fn accept(listener: UnixListener, topology: Topology) {
                     if let Err(error) = answer(stream, &topology).await {
                         debug!(%error, "a document socket client went without its document");
                     }
+                    drop(slot);
                 });
             }
             Err(error) => {
@@ -152,6 +164,16 @@ mod tests {
         sender.send(None)?;
         let error = fetched(&path).await.expect_err("no document");
         assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
+
+        // Clients that connect and say nothing hold every slot until their time is up; a
+        // client behind them is still answered.
+        sender.send(Some(Arc::new(document(1))))?;
+        let silent: Vec<_> = (0..CLIENTS_AT_ONCE + 8)
+            .map(|_| std::os::unix::net::UnixStream::connect(&path))
+            .collect::<Result<_, _>>()?;
+        let behind = NodeTopology::from_yaml(&fetched(&path).await?)?;
+        assert_eq!(behind.gpus.len(), 1);
+        drop(silent);
 
         std::fs::remove_file(&path)?;
         assert!(!served.is_current(), "its socket was removed");
