@@ -318,6 +318,38 @@ impl Node {
     }
 }
 
+/// The value of the first line of `-q`'s output `text` naming `field` (`Name : value`).
+fn quiet_value<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(" : ")?;
+        (name.trim() == field).then_some(value.trim())
+    })
+}
+
+impl Node {
+    /// The power draw and limit of GPU 0 as fakegpu's `--query-gpu` prints them, and as
+    /// NVIDIA's `-q` prints them (its field values; 550 names the draw "Instantaneous"),
+    /// with its PCIe host link, which the library does not know: `N/A`, not what the binary's
+    /// buffer held.
+    fn quiet_power(&self, binary: &PathBuf, launch: &Launch) -> anyhow::Result<(String, String)> {
+        let (code, ours, err) = smi(
+            "-i 0 --query-gpu=power.draw,power.limit --format=csv,noheader",
+            &environment(&self.url),
+        );
+        ensure!(code == 0, "fakegpu's nvidia-smi: {err}");
+        let theirs = launch.run(binary, &self.document, "-q -i 0", None)?;
+        let draw = quiet_value(&theirs, "Power Draw")
+            .or_else(|| quiet_value(&theirs, "Instantaneous Power Draw"))
+            .unwrap_or("(none)");
+        let limit = quiet_value(&theirs, "Current Power Limit").unwrap_or("(none)");
+        let host = quiet_value(&theirs, "Host Max").unwrap_or("(none)");
+        Ok((
+            format!("{}, host max N/A", ours.trim().replace("[N/A]", "N/A")),
+            format!("{draw}, {limit}, host max {host}"),
+        ))
+    }
+}
+
 fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
     let mut differences = Vec::new();
     let mut differ = |what: String, ours: String, theirs: String| {
@@ -336,7 +368,23 @@ fn compare(scratch: &std::path::Path, launch: &Launch) -> anyhow::Result<()> {
                 let what = format!("{} on {version}, nvidia-smi {args}", profile.name);
                 differ(what, ours, theirs);
             }
+            let (ours, theirs) = node.quiet_power(&binary, launch)?;
+            differ(
+                format!(
+                    "{} on {version}, nvidia-smi -q power readings",
+                    profile.name
+                ),
+                ours,
+                theirs,
+            );
         }
+        // The topology matrix runs (the library answers what it asks of the driver).
+        let node = Node::new(
+            scratch,
+            &format!("topo-{version}"),
+            &idle(report(&PROFILES[0]), &version),
+        )?;
+        launch.run(&binary, &node.document, "topo -m", None)?;
         for profile in PROFILES {
             let name = format!("steady-{}-{version}", profile.name);
             let node = Node::new(scratch, &name, &steady(profile, &version))?;

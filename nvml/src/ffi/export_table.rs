@@ -4,9 +4,13 @@
 //! 550.163.01 binaries: slot 81 is "device handle by index" (`fn(index, *device, flags)`), slots
 //! 213-215 fill the compute, graphics and MPS process lists behind the Processes box and
 //! `--query-compute-apps` (`fn(device, *count, *entries)`: room for 500 going in, entries of
-//! [`DriverProcess`]), slot 26 is a logging hook, and every other slot nvidia-smi reaches is
-//! satisfied by success. The ABI is reverse-engineered and may change with the driver branch:
-//! `node-agent/tests/real_nvidia_smi.rs` runs the real binaries against it.
+//! [`DriverProcess`]), slot 26 is a logging hook, `nvidia-smi topo -m` stops ("Failed to run
+//! topology matrix") unless slot 23 succeeds, and every other slot answers
+//! `NVML_ERROR_NOT_SUPPORTED`, as an unknown NVML function does. (Slots that succeeded without
+//! writing their answer made `nvidia-smi -q` print what its buffers held: a PCIe "Host Max" of
+//! 32523, a T.Limit temperature of 0 C, "0.185 mV"; refused, they print `N/A`.) The ABI is
+//! reverse-engineered and may change with the driver branch: `node-agent/tests/real_nvidia_smi.rs`
+//! runs the real binaries against it.
 
 use std::ffi::{c_char, c_uint, c_void};
 
@@ -24,6 +28,9 @@ const GUID: [u8; 16] = [
 /// Slots in the table, the size word included; the highest slot nvidia-smi calls is 215.
 const SLOTS: usize = 256;
 const HANDLE_BY_INDEX: usize = 81;
+/// Slots that succeed without an answer: the logging hook, and what `topo -m` needs (it then
+/// prints the GPU pairs' links as its binary makes them out).
+const SUCCEEDING: [usize; 2] = [26, 23];
 const COMPUTE_PROCESSES: usize = 213;
 /// Graphics and MPS: none, see `processes`.
 const OTHER_PROCESSES: [usize; 2] = [214, 215];
@@ -53,9 +60,14 @@ impl From<&Listed> for DriverProcess {
     }
 }
 
-/// Every slot without a known meaning: success, arguments untouched.
+/// [`SUCCEEDING`]: success, arguments untouched.
 extern "C" fn succeed() -> Return {
     SUCCESS
+}
+
+/// Every slot without a known meaning.
+extern "C" fn refuse() -> Return {
+    ERROR_NOT_SUPPORTED
 }
 
 extern "C" fn handle_by_index(index: c_uint, out: *mut DeviceHandle, _flags: c_uint) -> Return {
@@ -86,7 +98,12 @@ struct Table([*const c_void; SLOTS]);
 unsafe impl Sync for Table {}
 
 static TABLE: Table = {
-    let mut slots = [succeed as *const c_void; SLOTS];
+    let mut slots = [refuse as *const c_void; SLOTS];
+    let mut i = 0;
+    while i < SUCCEEDING.len() {
+        slots[SUCCEEDING[i]] = succeed as *const c_void;
+        i += 1;
+    }
     slots[0] = (SLOTS * size_of::<*const c_void>()) as *const c_void;
     slots[HANDLE_BY_INDEX] = handle_by_index as *const c_void;
     slots[COMPUTE_PROCESSES] = compute_processes as *const c_void;

@@ -79,7 +79,6 @@ not_supported! {
     nvmlDeviceGetFanSpeed
     nvmlDeviceGetFanSpeedRPM
     nvmlDeviceGetFanSpeed_v2
-    nvmlDeviceGetFieldValues
     nvmlDeviceGetGpcClkMinMaxVfOffset
     nvmlDeviceGetGpcClkVfOffset
     nvmlDeviceGetGpuFabricInfo

@@ -3,13 +3,13 @@
 //! (`fakegpu_api::telemetry`), for the GPU as the document has it at the call (its pods, their
 //! utilization drawn as the exporter draws it for this moment, its injected faults).
 
-use std::ffi::{c_uint, c_ulonglong};
+use std::ffi::{c_int, c_longlong, c_uint, c_ulonglong};
 
 use fakegpu_api::telemetry::{MEMORY_CLOCK, SM_CLOCK_MAX};
 
 use super::{
-    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Return, answer, expect_version,
-    gpu_now, put,
+    DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Handle, Return, SUCCESS, answer,
+    expect_version, gpu_now, put, resolve,
 };
 use crate::machine::Device;
 
@@ -128,6 +128,100 @@ pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
     out: *mut c_uint,
 ) -> Return {
     unsafe { query(handle, out, limit_mw) }
+}
+
+/// `nvmlFieldValue_t`: a field asked for (`field_id`, `scope_id`) and its answer.
+#[repr(C)]
+#[derive(Debug)]
+pub struct FieldValue {
+    pub field_id: c_uint,
+    pub scope_id: c_uint,
+    pub timestamp: c_longlong,
+    pub latency_usec: c_longlong,
+    pub value_type: c_uint,
+    pub nvml_return: Return,
+    pub value: c_ulonglong,
+}
+
+/// `NVML_FI_DEV_POWER_*` (milliwatts), as nvml.h numbers them.
+const FIELD_POWER_AVERAGE: c_uint = 185;
+const FIELD_POWER_INSTANT: c_uint = 186;
+const FIELD_POWER_MAX_LIMIT: c_uint = 188;
+const FIELD_POWER_DEFAULT_LIMIT: c_uint = 189;
+const FIELD_POWER_CURRENT_LIMIT: c_uint = 190;
+const FIELD_POWER_REQUESTED_LIMIT: c_uint = 192;
+/// `NVML_POWER_SCOPE_GPU`: the power fields' scope for the GPU itself (not its module).
+const POWER_SCOPE_GPU: c_uint = 0;
+/// `NVML_VALUE_TYPE_UNSIGNED_INT`.
+const VALUE_UNSIGNED_INT: c_uint = 1;
+
+/// One field of `device` now: the power fields of the GPU's own scope from the model (its draw,
+/// its limit as every limit but the minimum, which the catalog does not know); no other.
+fn field(device: &Device, field_id: c_uint, scope_id: c_uint) -> Result<c_uint, Return> {
+    match (field_id, scope_id) {
+        (FIELD_POWER_AVERAGE | FIELD_POWER_INSTANT, POWER_SCOPE_GPU) => device
+            .load
+            .power_draw_milliwatts()
+            .ok_or(ERROR_NOT_SUPPORTED),
+        (
+            FIELD_POWER_MAX_LIMIT
+            | FIELD_POWER_DEFAULT_LIMIT
+            | FIELD_POWER_CURRENT_LIMIT
+            | FIELD_POWER_REQUESTED_LIMIT,
+            POWER_SCOPE_GPU,
+        ) => limit_mw(device),
+        _ => Err(ERROR_NOT_SUPPORTED),
+    }
+}
+
+/// Each field asked for is answered on its own (`nvmlReturn` per field) and the call succeeds,
+/// as NVML answers a batch: the power fields from the model, every other field
+/// `NVML_ERROR_NOT_SUPPORTED`, every field of a MIG device too. nvidia-smi `-q` reads its power
+/// readings and limits this way and trusts each field's result; refusing the whole call left
+/// it printing whatever its buffer held (limits of millions of watts).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    handle: DeviceHandle,
+    count: c_int,
+    values: *mut FieldValue,
+) -> Return {
+    let Ok(count) = usize::try_from(count) else {
+        return ERROR_INVALID_ARGUMENT;
+    };
+    if values.is_null() && count > 0 {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    let device = match resolve(handle) {
+        Ok(Handle::Gpu(_)) => Some(match gpu_now(handle) {
+            Ok(device) => device,
+            Err(error) => return error,
+        }),
+        Ok(Handle::Mig(..)) => None,
+        Err(error) => return error,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| {
+            c_longlong::try_from(t.as_micros()).unwrap_or(c_longlong::MAX)
+        });
+    for i in 0..count {
+        let value = unsafe { &mut *values.add(i) };
+        value.timestamp = now;
+        value.latency_usec = 0;
+        let answered = device
+            .as_ref()
+            .ok_or(ERROR_NOT_SUPPORTED)
+            .and_then(|d| field(d, value.field_id, value.scope_id));
+        match answered {
+            Ok(reading) => {
+                value.value_type = VALUE_UNSIGNED_INT;
+                value.value = c_ulonglong::from(reading);
+                value.nvml_return = SUCCESS;
+            }
+            Err(error) => value.nvml_return = error,
+        }
+    }
+    SUCCESS
 }
 
 #[unsafe(no_mangle)]
