@@ -502,6 +502,27 @@ func TestSensorsFollowTheModel(t *testing.T) {
 		check(t, what("corrected ECC errors"), corrected, ret, want.corrected)
 		uncorrected, ret := dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC)
 		check(t, what("uncorrected ECC errors"), uncorrected, ret, want.uncorrected)
+		// Field values answer each field on its own: the GPU scope's power from the same
+		// model, any other field or scope not supported.
+		fields := []nvml.FieldValue{
+			{FieldId: nvml.FI_DEV_POWER_INSTANT},
+			{FieldId: nvml.FI_DEV_POWER_CURRENT_LIMIT},
+			{FieldId: nvml.FI_DEV_POWER_CURRENT_LIMIT, ScopeId: 1},
+			{FieldId: nvml.FI_DEV_ECC_CURRENT},
+		}
+		if ret := dev.GetFieldValues(fields); ret != nvml.SUCCESS {
+			t.Fatalf("%s: %v", what("field values"), ret)
+		}
+		uint := func(f nvml.FieldValue) uint32 {
+			return uint32(f.Value[0]) | uint32(f.Value[1])<<8 | uint32(f.Value[2])<<16 | uint32(f.Value[3])<<24
+		}
+		check(t, what("power field mW"), uint(fields[0]), nvml.Return(fields[0].NvmlReturn), want.powerMw)
+		check(t, what("power limit field mW"), uint(fields[1]), nvml.Return(fields[1].NvmlReturn), uint32(700000))
+		for _, f := range fields[2:] {
+			if nvml.Return(f.NvmlReturn) != nvml.ERROR_NOT_SUPPORTED {
+				t.Errorf("%s field %d scope %d: %v, want ERROR_NOT_SUPPORTED", what(""), f.FieldId, f.ScopeId, nvml.Return(f.NvmlReturn))
+			}
+		}
 	}
 }
 
