@@ -1,5 +1,6 @@
 //! Where the library's answers come from: the node's topology document, at the path
-//! [`TOPOLOGY_ENV`] names, else [`DOCUMENT_BESIDE_LIBRARY`] in the library's own directory,
+//! [`TOPOLOGY_ENV`](fakegpu_api::names::nvml::TOPOLOGY_ENV) names, else
+//! [`DOCUMENT_BESIDE_LIBRARY`] in the library's own directory,
 //! seen through `NVIDIA_VISIBLE_DEVICES`; else, in a container given GPUs by NVIDIA's
 //! container toolkit (which mounts the library without the document), from the driver-root
 //! agent's socket ([`fakegpu_api::document_source`]), seen through the container's device
