@@ -614,6 +614,14 @@ pub mod container_env {
         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
         "/usr/lib64/libnvidia-ml.so.1",
     ];
+    /// Where containers given GPUs get fakegpu's CUDA driver library (crate `cuda`): the
+    /// driver's CUDA version and no device to run kernels on, as on `backend: mock` nodes,
+    /// where NVIDIA's toolkit mounts the driver root's; in the same directories as
+    /// [`NVML_LIBRARY_PATHS`].
+    pub const CUDA_LIBRARY_PATHS: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/lib64/libcuda.so.1",
+    ];
     /// Where the host's [`crate::names::nvml::CONTAINER_DIR`] appears in a container (read-only): the
     /// node's document the library answers from, kept current by the node agent.
     pub const NVML_DIR_PATH: &str = "/run/fakegpu/nvml";

@@ -197,8 +197,11 @@ async fn create_real_pod(
         .with_context(|| format!("creating pod {namespace}/{name}"))
 }
 
-/// A script for GPU pods: what nvidia-smi lists, then the environment.
-const LIST_AND_ENV: &str = "nvidia-smi -L && echo '--' && env";
+/// A script for GPU pods: what nvidia-smi lists, then the environment; first, that the
+/// container has the CUDA driver library where the CUDA runtime looks for it.
+const LIST_AND_ENV: &str = "for l in /usr/lib/x86_64-linux-gnu/libcuda.so.1 \
+    /usr/lib64/libcuda.so.1; do test -f $l || { echo \"no $l\"; exit 1; }; done; \
+    nvidia-smi -L && echo '--' && env";
 
 /// The one device a container was given: `NVIDIA_VISIBLE_DEVICES`, one of `expected`, and
 /// listed by the container's nvidia-smi.

@@ -1,14 +1,15 @@
 //! What every container given GPUs gets besides its devices, from either plugin: the variables
 //! the fake nvidia-smi reads, the nvidia-smi itself, and fakegpu's NVML library with the node's
 //! document, so that NVML's users in the container (go-nvml, pynvml, frameworks that probe the
-//! GPU) see the GPUs the container was given.
+//! GPU) see the GPUs the container was given; and fakegpu's CUDA driver library, so that the
+//! CUDA runtime finds a driver and says there is no device to run kernels on.
 
 use std::path::{Path, PathBuf};
 
 use fakegpu_api::{
     names::{
         container_env,
-        nvml::{DOCUMENT_BESIDE_LIBRARY, LIBRARY_SONAME, TOPOLOGY_ENV},
+        nvml::{CUDA_SONAME, DOCUMENT_BESIDE_LIBRARY, LIBRARY_SONAME, TOPOLOGY_ENV},
     },
     topology::NodeTopology,
 };
@@ -23,7 +24,7 @@ pub struct ContainerEdits {
     pub exporter_url: String,
     /// The fake nvidia-smi on the host.
     pub nvidia_smi: PathBuf,
-    /// The host directory with the NVML library and the node's document
+    /// The host directory with the NVML and CUDA libraries and the node's document
     /// ([`fakegpu_api::names::nvml::CONTAINER_DIR`]).
     pub nvml_dir: PathBuf,
 }
@@ -72,11 +73,20 @@ impl ContainerEdits {
             }
             mounts.extend(mount(&self.nvml_dir, container_env::NVML_DIR_PATH));
         }
+        if self.cuda().is_file() {
+            for path in container_env::CUDA_LIBRARY_PATHS {
+                mounts.extend(mount(&self.cuda(), path));
+            }
+        }
         mounts
     }
 
     fn library(&self) -> PathBuf {
         self.nvml_dir.join(LIBRARY_SONAME)
+    }
+
+    fn cuda(&self) -> PathBuf {
+        self.nvml_dir.join(CUDA_SONAME)
     }
 
     /// Puts `source` at the host path containers mount, executable, unless an identical file is
@@ -90,6 +100,12 @@ impl ContainerEdits {
     /// [`install_nvidia_smi`](Self::install_nvidia_smi) does nvidia-smi.
     pub fn install_nvml(&self, source: &Path) -> std::io::Result<bool> {
         replace_file(&self.library(), &std::fs::read(source)?, 0o644)
+    }
+
+    /// Puts the CUDA driver library `source` where containers mount it, as
+    /// [`install_nvml`](Self::install_nvml) does NVML.
+    pub fn install_cuda(&self, source: &Path) -> std::io::Result<bool> {
+        replace_file(&self.cuda(), &std::fs::read(source)?, 0o644)
     }
 
     /// Writes `document` where containers' libraries read it; false when it was there already.
@@ -132,9 +148,9 @@ pub fn shipped_nvidia_smi() -> Option<PathBuf> {
 }
 
 /// Installs what the image ships for containers (nvidia-smi beside the agent, the NVML library
-/// at `library`), logging each; a file the image lacks or the host refuses leaves containers
-/// without it, not the agent down.
-pub fn install_shipped(edits: &ContainerEdits, library: &Path) {
+/// at `library`, the CUDA driver library at `cuda`), logging each; a file the image lacks or
+/// the host refuses leaves containers without it, not the agent down.
+pub fn install_shipped(edits: &ContainerEdits, library: &Path, cuda: &Path) {
     if let Some(shipped) = shipped_nvidia_smi() {
         match edits.install_nvidia_smi(&shipped) {
             Ok(installed) => {
@@ -152,6 +168,16 @@ pub fn install_shipped(edits: &ContainerEdits, library: &Path) {
             }
             Err(error) => {
                 warn!(dir = %edits.nvml_dir.display(), %error, "cannot install the NVML library; containers go without it")
+            }
+        }
+    }
+    if cuda.is_file() {
+        match edits.install_cuda(cuda) {
+            Ok(installed) => {
+                info!(dir = %edits.nvml_dir.display(), installed, "CUDA driver library in place for containers")
+            }
+            Err(error) => {
+                warn!(dir = %edits.nvml_dir.display(), %error, "cannot install the CUDA driver library; containers go without it")
             }
         }
     }
@@ -223,6 +249,18 @@ mod tests {
                     container: container_env::NVML_DIR_PATH,
                 },
             ]
+        );
+        // The CUDA driver library beside it, in the same directories.
+        let cuda = dir.join("libcuda.so");
+        std::fs::write(&cuda, b"\x7fELF cuda")?;
+        assert!(edits.install_cuda(&cuda)?);
+        let mounted: Vec<_> = edits.mounts().into_iter().skip(3).collect();
+        assert_eq!(
+            mounted,
+            container_env::CUDA_LIBRARY_PATHS.map(|container| HostMount {
+                host: dir.join("nvml/libcuda.so.1").display().to_string(),
+                container,
+            })
         );
         let env = edits.env();
         let document = env.iter().find(|(name, _)| *name == TOPOLOGY_ENV);

@@ -76,7 +76,11 @@ async fn run() -> anyhow::Result<()> {
     // GPUs mount them from the host (the compute-domain plugin gives none).
     let gives_gpus = enabled("FAKEGPU_DEVICE_PLUGIN") || enabled("FAKEGPU_DRA");
     if gives_gpus {
-        container::install_shipped(&container, SHIPPED_LIBRARY.as_ref());
+        container::install_shipped(
+            &container,
+            SHIPPED_LIBRARY.as_ref(),
+            SHIPPED_CUDA_LIBRARY.as_ref(),
+        );
     }
     let device_plugin = device_plugin::Settings {
         node: node.clone(),
