@@ -72,6 +72,15 @@ impl Environment {
         }
     }
 
+    /// The driver-root agent's socket, when it is where this container has its document: one
+    /// that NVIDIA's toolkit gave GPUs (fakegpu's own plugins give the document itself).
+    pub fn toolkit_socket(&self) -> Option<&std::path::Path> {
+        self.document
+            .is_none()
+            .then_some(self.document_socket.as_deref())
+            .flatten()
+    }
+
     /// This environment in a container NVIDIA's toolkit gave GPUs: it was given those of
     /// `document` whose device node it has (`NVIDIA_VISIBLE_DEVICES` is `void` under CDI).
     pub fn given_by_device_nodes(&self, document: &NodeTopology) -> Self {

@@ -15,7 +15,7 @@ mod gpus;
 mod query;
 mod table;
 
-use std::io::Write;
+use std::{io::Write, path::Path};
 
 use fakegpu_api::{report::NodeReport, topology::NodeTopology};
 
@@ -40,53 +40,26 @@ pub mod exit {
 /// The node's GPUs: from the node's document in the container when the node agent put it there
 /// (no network, and the same draws as the exporter's; the exporter is asked when a pod on the
 /// node takes Knative request rates, which only it knows), else from the exporter. Errors are
-/// written to `out`/`err` and returned as the exit code. True with a report made from the
-/// driver-root agent's socket (a container NVIDIA's toolkit gave GPUs).
-fn report(
-    env: &Environment,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<(NodeReport, bool), i32> {
-    let text = match (&env.document, &env.document_socket) {
-        (Some(path), _) => std::fs::read_to_string(path).ok(),
-        (None, Some(socket)) => {
-            // A container NVIDIA's toolkit gave GPUs: the socket is all it has of the driver.
-            let fetched = fakegpu_api::document_source::fetch(socket)
-                .and_then(|text| NodeTopology::from_yaml(&text).map_err(std::io::Error::other));
-            return match fetched {
-                Ok(document) => {
-                    let node = env.node.as_deref().unwrap_or_default();
-                    Ok((NodeReport::drawn(node, &document, env.draw_period), true))
-                }
-                Err(error) => {
-                    let _ = writeln!(
-                        err,
-                        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA \
-                         driver: {}: {error}. Make sure fakegpu's driver-root agent is running \
-                         on this node.",
-                        socket.display()
-                    );
-                    Err(exit::DRIVER_NOT_LOADED)
-                }
-            };
-        }
-        (None, None) => None,
-    };
-    let local = text
+/// written to `out`/`err` and returned as the exit code.
+fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result<NodeReport, i32> {
+    let local = env
+        .document
+        .as_deref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
         .and_then(|text| NodeTopology::from_yaml(&text).ok())
         .map(|document| {
             let node = env.node.as_deref().unwrap_or_default();
             NodeReport::drawn(node, &document, env.draw_period)
         });
     let local = match local {
-        Some(report) if !report.topology.wants_knative() => return Ok((report, false)),
+        Some(report) if !report.topology.wants_knative() => return Ok(report),
         other => other,
     };
     let node = env.node.as_deref().filter(|n| !n.is_empty());
     let url = env.exporter_url.as_deref().filter(|u| !u.is_empty());
     let (Some(node), Some(url)) = (node, url) else {
         if let Some(report) = local {
-            return Ok((report, false));
+            return Ok(report);
         }
         let _ = if node.is_none() {
             writeln!(
@@ -105,9 +78,9 @@ fn report(
         return Err(exit::DRIVER_NOT_LOADED);
     };
     match (node_report(url, node), local) {
-        (Ok(report), _) => Ok((report, false)),
+        (Ok(report), _) => Ok(report),
         // The exporter was asked for Knative rates only: without it, the document's draws.
-        (Err(FetchError::Unreachable { .. }), Some(local)) => Ok((local, false)),
+        (Err(FetchError::Unreachable { .. }), Some(local)) => Ok(local),
         (Err(FetchError::NoNode), _) => {
             let _ = writeln!(out, "No devices were found");
             Err(exit::NOT_FOUND)
@@ -123,6 +96,28 @@ fn report(
         (Err(error), _) => {
             let _ = writeln!(err, "Failed to parse devices data: {error}");
             Err(exit::UNKNOWN)
+        }
+    }
+}
+
+/// The node's GPUs in a container NVIDIA's toolkit gave GPUs: the driver-root agent's socket
+/// is all it has of the driver.
+fn socket_report(env: &Environment, socket: &Path, err: &mut dyn Write) -> Result<NodeReport, i32> {
+    let fetched = fakegpu_api::document_source::fetch(socket)
+        .and_then(|text| NodeTopology::from_yaml(&text).map_err(std::io::Error::other));
+    match fetched {
+        Ok(document) => {
+            let node = env.node.as_deref().unwrap_or_default();
+            Ok(NodeReport::drawn(node, &document, env.draw_period))
+        }
+        Err(error) => {
+            let _ = writeln!(
+                err,
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver: \
+                 {}: {error}. Make sure fakegpu's driver-root agent is running on this node.",
+                socket.display()
+            );
+            Err(exit::DRIVER_NOT_LOADED)
         }
     }
 }
@@ -147,16 +142,22 @@ pub fn run(
         let _ = out.write_all(args::HELP.as_bytes());
         return exit::OK;
     }
-    let (report, from_socket) = match report(env, out, err) {
-        Ok(answer) => answer,
+    let toolkit = env.toolkit_socket();
+    let answered = match toolkit {
+        Some(socket) => socket_report(env, socket, err),
+        None => report(env, out, err),
+    };
+    let report = match answered {
+        Ok(report) => report,
         Err(code) => return code,
     };
     let given;
-    let env = if from_socket {
-        given = env.given_by_device_nodes(&report.topology);
-        &given
-    } else {
-        env
+    let env = match toolkit {
+        Some(_) => {
+            given = env.given_by_device_nodes(&report.topology);
+            &given
+        }
+        None => env,
     };
     let machine = machine(&report, env);
     let selected = match command.selection() {
