@@ -343,7 +343,8 @@ pub mod metric {
     pub const RECONCILE_ERRORS: &str = "fakegpu_operator_reconcile_errors_total";
     /// Histogram, label `controller`: reconcile duration in seconds.
     pub const RECONCILE_DURATION: &str = "fakegpu_operator_reconcile_duration_seconds";
-    /// Counter, labels `kind` and `verb` (`apply`, `apply-status`, `delete`): writes the
+    /// Counter, labels `kind` and `verb` (`apply`, `apply-status`, `patch-status`, `create`,
+    /// `replace`, `merge-patch`, `delete`): writes the
     /// operator sent to the API server.
     pub const WRITES: &str = "fakegpu_operator_writes_total";
     /// Gauge: 1 while the replica holds the leader lease.

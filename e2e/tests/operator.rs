@@ -274,7 +274,17 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
         .await?;
     }
 
-    // A node that loses the pool label loses what the operator gave it, and only that.
+    // A node that loses the pool label loses what the operator gave it, and only that: a
+    // label another manager set too (here by its own server-side apply) stays theirs.
+    let shared = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[1],
+        "labels": {label::GPU_PRESENT: "true"}}});
+    nodes(client)
+        .patch(
+            &names[1],
+            &PatchParams::apply("someone-else"),
+            &Patch::Apply(&shared),
+        )
+        .await?;
     nodes(client)
         .patch(
             &names[1],
@@ -285,7 +295,21 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
     ready_pool(client, pool, 1).await?;
     eventually("unlabelled node released", CONVERGE, || async {
         let node = nodes(client).get(&names[1]).await?;
-        let released = operator_labels(&node).is_empty()
+        let theirs = BTreeMap::from([(label::GPU_PRESENT.to_owned(), "true".to_owned())]);
+        let status = node.status.clone().unwrap_or_default();
+        let no_gpus = status
+            .capacity
+            .iter()
+            .chain(&status.allocatable)
+            .all(|resources| !resources.contains_key("nvidia.com/gpu"));
+        let no_condition = status
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.type_ != "gpu-fractioning.nvidia.com/Ready");
+        let released = operator_labels(&node) == theirs
+            && no_gpus
+            && no_condition
             && topology_of(client, &names[1]).await?.is_none()
             && nrts(client).get_opt(&names[1]).await?.is_none();
         Ok(

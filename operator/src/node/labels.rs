@@ -1,10 +1,10 @@
 //! The labels a pool's node carries: GPU feature discovery's set, the GPU Operator's deploy
 //! labels and the reference fake GPU operator's own, so selectors written for any of them match.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use fakegpu_api::{
-    names::{FIELD_MANAGER, fakegpu::POOL_LABEL, label},
+    names::{fakegpu::POOL_LABEL, label},
     pool::{Backend, GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value, published_mig_name},
 };
@@ -13,7 +13,7 @@ use kube::ResourceExt;
 
 use super::CachedNode;
 use crate::{
-    apply::owned_keys,
+    apply::names_only_ours,
     cache::{Digest, same_content},
 };
 
@@ -190,28 +190,35 @@ pub fn labels_current(node: &CachedNode, desired: &BTreeMap<String, String>) -> 
             .all(|key| desired.contains_key(key) || !label::is_operator_label(key))
 }
 
+/// Whether writing `desired` may have to take labels of fakegpu's off the node: its labels
+/// are not current and fakegpu set some that the cache shows only as a digest (see
+/// [`drop_own_labels`]) or an operator label it shows is not desired. Their names are then
+/// read from the node itself ([`only_ours`]); a node that never had fakegpu's labels (every
+/// node joining a pool) needs no such read.
+pub fn may_take_back(node: &CachedNode, desired: &BTreeMap<String, String>) -> bool {
+    !labels_current(node, desired)
+        && (node.kept().own_labels.is_some()
+            || node
+                .labels()
+                .keys()
+                .any(|key| label::is_operator_label(key) && !desired.contains_key(key)))
+}
+
+/// The labels fakegpu set on `node` that no one else set too (read from its managed fields).
+pub fn only_ours(node: &Node) -> Vec<String> {
+    names_only_ours(node, &["f:metadata", "f:labels"])
+}
+
 /// Drops, from a node on its way into the cache, the labels only fakegpu owns; returns their
 /// digest: the operator compares them and reads none, and at 10 000 nodes GFD's thirty-odd
 /// labels were a fifth of its memory. Labels someone else owns too stay (a pool's node
 /// selector may read them), and so does the pool label, which membership reads. Needs the
 /// managed fields, so it runs before they are dropped.
 pub fn drop_own_labels(node: &mut Node) -> Option<Digest> {
-    let mut ours = BTreeSet::new();
-    let mut theirs = BTreeSet::new();
-    for entry in node.managed_fields() {
-        let keys = owned_keys(
-            entry.fields_v1.as_ref().map(|f| &f.0),
-            &["f:metadata", "f:labels"],
-        );
-        if entry.manager.as_deref() == Some(FIELD_MANAGER) {
-            ours.extend(keys);
-        } else {
-            theirs.extend(keys);
-        }
-    }
+    let ours = only_ours(node);
     let labels = node.labels_mut();
     let dropped: BTreeMap<String, String> = ours
-        .difference(&theirs)
+        .iter()
         .filter(|key| key.as_str() != POOL_LABEL)
         .filter_map(|key| labels.remove_entry(key))
         .collect();
@@ -494,5 +501,32 @@ mod tests {
         let mut product = desired.clone();
         product.insert(label::GPU_PRODUCT.into(), "other".into());
         assert!(!labels_current(&node, &product), "a kept label changed");
+    }
+
+    #[test]
+    fn only_a_node_with_labels_of_fakegpu_s_to_take_back_is_read_first() {
+        let desired = labels_of(json!({"gpu": {"profile": "a100"}}), false);
+        // Joining a pool: nothing of fakegpu's on it yet.
+        let fresh = labelled(&BTreeMap::from([("type".to_owned(), "kwok".to_owned())]));
+        assert!(!may_take_back(&fresh, &desired));
+        // Written before: current, or changed without knowing what to take back.
+        let node = cached(&desired);
+        assert!(!may_take_back(&node, &desired));
+        let mut changed = desired.clone();
+        changed.insert(label::GPU_COUNT.into(), "4".into());
+        assert!(may_take_back(&node, &changed));
+        assert!(may_take_back(&node, &BTreeMap::new()));
+        // Names read from the node: fakegpu's alone, not the one a user set too.
+        let mut full: Node = serde_json::from_value(json!({"metadata": {"name": "n",
+            "managedFields": [
+                {"manager": "kubectl-label", "operation": "Update", "fieldsV1": {"f:metadata":
+                    {"f:labels": {"f:nvidia.com/gpu.product": {}}}}},
+                {"manager": "fakegpu", "operation": "Update", "subresource": "status",
+                    "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.product": {},
+                        "f:nvidia.com/gpu.count": {}}}}}]}}))
+        .expect("test node");
+        assert_eq!(only_ours(&full), [label::GPU_COUNT]);
+        full.metadata.managed_fields = None;
+        assert!(only_ours(&full).is_empty());
     }
 }

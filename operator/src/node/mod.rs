@@ -198,18 +198,44 @@ async fn apply_node(ctx: &Context, node: &CachedNode, intent: &status::NodeInten
     let name = node.name_any();
     info!(node = %name, pool = intent.labels.get(POOL_LABEL).map(String::as_str), resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "writing node labels and status");
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let patch = status::node_patch(&name, intent);
-    let same = status::node_patch(&name, &intent.timeless());
-    match apply::apply_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
-        Ok(()) => Ok(()),
-        // A status apply never creates: a node deleted meanwhile answers 404.
-        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
-            debug!(node = %name, "node is gone; nothing to write");
-            Ok(())
+    let same = status::node_patch(&intent.timeless(), &status::Leftovers::default(), None);
+    // A node read for its labels may change again before the patch lands: read it again.
+    let mut attempts = 1;
+    loop {
+        let patch = if labels::may_take_back(node, &intent.labels) {
+            let Some(fresh) = nodes.get_opt(&name).await? else {
+                debug!(node = %name, "node is gone; nothing to write");
+                return Ok(());
+            };
+            let owned = status::OwnedStatus::from_managed_fields(&fresh);
+            let leftovers =
+                status::Leftovers::new(owned.as_ref(), &labels::only_ours(&fresh), intent);
+            status::node_patch(intent, &leftovers, fresh.resource_version().as_deref())
+        } else {
+            let leftovers = status::Leftovers::new(status::OwnedStatus::of(node), &[], intent);
+            status::node_patch(intent, &leftovers, None)
+        };
+        match apply::patch_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
+            Ok(()) => return Ok(()),
+            // A patch never creates: a node deleted meanwhile answers 404.
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+                debug!(node = %name, "node is gone; nothing to write");
+                return Ok(());
+            }
+            Err(Error::Kube(kube::Error::Api(status)))
+                if status.code == 409 && attempts < NODE_PATCH_ATTEMPTS =>
+            {
+                debug!(node = %name, "node changed since it was read; reading it again");
+                attempts += 1;
+            }
+            Err(error) => return Err(error),
         }
-        Err(error) => Err(error),
     }
 }
+
+/// How many times a node whose labels fakegpu takes back is read and patched before the
+/// reconcile fails (and is retried later).
+const NODE_PATCH_ATTEMPTS: usize = 3;
 
 fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<Cached<ConfigMap>>> {
     ctx.caches
@@ -676,7 +702,8 @@ mod tests {
             "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [
                 {"manager": "kwok", "operation": "Update", "fieldsV1": {}},
                 {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": {
-                    "f:metadata": {"f:labels": {"f:a": {}}}, "f:status": {"f:capacity": {}}}}]},
+                    "f:metadata": {"f:labels": {"f:a": {}}},
+                    "f:status": {"f:capacity": {"f:nvidia.com/gpu": {}}}}}]},
             "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {
                 "allocatable": {"nvidia.com/gpu": "8", "cpu": "32"},

@@ -3,10 +3,13 @@
 //! kwok-gpu-device-plugin does it) and the `gpu-fractioning.nvidia.com/Ready` condition of
 //! fake-backend pool nodes.
 //!
-//! All go in one server-side apply of the status subresource (whose writes keep metadata
-//! changes: the API server resets only a node's `spec` there), so the API server tracks exactly
-//! which entries are fakegpu's: applying without an entry removes it, and entries and labels
-//! that KWOK, the kubelet or a user own are never touched.
+//! All go in one strategic merge patch of the status subresource (whose writes keep metadata
+//! changes: the API server resets only a node's `spec` there) under fakegpu's field manager, so
+//! the API server records which entries fakegpu set. A patch takes back, by setting them to
+//! null, exactly the entries fakegpu set and no one else did that its intent no longer has
+//! ([`Leftovers`]); entries and labels that KWOK, the kubelet or a user set are never touched.
+//! Nodes written by an apply (fakegpu before 2026-12) are read the same way: ownership is
+//! fakegpu's managed fields entries, whatever their operation.
 
 use std::collections::BTreeMap;
 
@@ -25,7 +28,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 
 use super::{CachedNode, labels::labels_current};
-use crate::apply::{owned_fields, owned_keys};
+use crate::apply::{keys_only_ours, names_only_ours};
 
 /// What fakegpu wants on a node: its labels, annotations and status entries.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -66,8 +69,6 @@ impl NodeIntent {
         self.fractioning.iter().chain(&self.fault).collect()
     }
 }
-
-const STATUS: &str = "status";
 
 /// Extended resources of a KWOK node of `pool`: when the pool serves the device plugin
 /// interface, `nvidia.com/gpu` (whole GPUs; under MIG `single`, the instances) and, under MIG
@@ -149,9 +150,9 @@ pub(super) fn current_condition<'a>(
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
 }
 
-/// What fakegpu's status apply owns in a node: capacity and allocatable entries by resource
-/// name, conditions by type. The node cache keeps this in place of the managed fields, whose
-/// nested maps cost some 4 KiB a node.
+/// What fakegpu set in a node's status and annotations and no one else did: capacity and
+/// allocatable entries by resource name, conditions by type. The node cache keeps this in
+/// place of the managed fields, whose nested maps cost some 4 KiB a node.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OwnedStatus {
     capacity: Vec<String>,
@@ -162,35 +163,67 @@ pub struct OwnedStatus {
 }
 
 impl OwnedStatus {
-    /// None when fakegpu's status apply owns nothing in the node (labels included), as its
-    /// cache recorded from the managed fields.
+    /// None when fakegpu owns nothing in the node's status and annotations, as its cache
+    /// recorded from the managed fields.
     pub fn of(node: &CachedNode) -> Option<&Self> {
         node.kept().owned_status.as_ref()
     }
 
     pub(super) fn from_managed_fields(node: &Node) -> Option<Self> {
-        let fields = owned_fields(node, Some(STATUS))?;
-        let keys = |list| owned_keys(Some(fields), &["f:status", list]);
-        let conditions = fields
-            .get("f:status")
-            .and_then(|status| status.get("f:conditions")?.as_object())
+        let keys = |list| names_only_ours(node, &["f:status", list]);
+        let conditions = keys_only_ours(node, &["f:status", "f:conditions"])
             .into_iter()
-            .flat_map(|conditions| conditions.keys())
             .filter_map(|key| {
                 let key: serde_json::Value = serde_json::from_str(key.strip_prefix("k:")?).ok()?;
                 Some(key.get("type")?.as_str()?.to_owned())
             })
             .collect();
-        Some(Self {
+        let owned = Self {
             capacity: keys("f:capacity"),
             allocatable: keys("f:allocatable"),
             conditions,
-            annotations: owned_keys(Some(fields), &["f:metadata", "f:annotations"]),
-        })
+            annotations: names_only_ours(node, &["f:metadata", "f:annotations"]),
+        };
+        (owned != Self::default()).then_some(owned)
     }
 }
 
-/// Whether fakegpu's status apply owns the condition of `type_`.
+/// What fakegpu set in a node (and no one else did) that its intent no longer has: the patch
+/// writes each as null (a condition: `$patch: delete`), which removes it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Leftovers {
+    labels: Vec<String>,
+    annotations: Vec<String>,
+    capacity: Vec<String>,
+    allocatable: Vec<String>,
+    conditions: Vec<String>,
+}
+
+impl Leftovers {
+    /// `owned` and `labels` (fakegpu's only) less what `intent` has.
+    pub fn new(owned: Option<&OwnedStatus>, labels: &[String], intent: &NodeIntent) -> Self {
+        let owned = owned.cloned().unwrap_or_default();
+        let not_in = |keys: Vec<String>, wanted: &dyn Fn(&str) -> bool| {
+            keys.into_iter().filter(|key| !wanted(key)).collect()
+        };
+        let wanted_conditions: Vec<&str> = intent
+            .conditions()
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        Self {
+            labels: not_in(labels.to_vec(), &|key| intent.labels.contains_key(key)),
+            annotations: not_in(owned.annotations, &|key| {
+                intent.annotations.contains_key(key)
+            }),
+            capacity: not_in(owned.capacity, &|key| intent.resources.contains_key(key)),
+            allocatable: not_in(owned.allocatable, &|key| intent.resources.contains_key(key)),
+            conditions: not_in(owned.conditions, &|key| wanted_conditions.contains(&key)),
+        }
+    }
+}
+
+/// Whether fakegpu set the condition of `type_` (and no one else did).
 fn owns_condition(node: &CachedNode, type_: &str) -> bool {
     OwnedStatus::of(node).is_some_and(|owned| owned.conditions.iter().any(|c| c == type_))
 }
@@ -237,27 +270,18 @@ pub fn desired_fractioning(
 }
 
 /// Whether the node's status and annotations already are what fakegpu wants of it: the
-/// entries it owns are exactly the desired ones, with the desired values.
+/// desired entries with the desired values, and none of fakegpu's left that it no longer wants.
+/// An entry someone else wrote with the very value fakegpu wants counts: a patch that changes
+/// nothing would not make it fakegpu's either.
 pub fn status_current(node: &CachedNode, intent: &NodeIntent) -> bool {
-    let owned = OwnedStatus::of(node).cloned().unwrap_or_default();
+    if Leftovers::new(OwnedStatus::of(node), &[], intent) != Leftovers::default() {
+        return false;
+    }
     let annotations_match = intent
         .annotations
         .iter()
-        .all(|(key, value)| node.annotations().get(key) == Some(value))
-        && owned
-            .annotations
-            .iter()
-            .all(|key| intent.annotations.contains_key(key));
-    if !annotations_match {
-        return false;
-    }
+        .all(|(key, value)| node.annotations().get(key) == Some(value));
     let status = node.trimmed().status.as_ref();
-    for mut keys in [owned.capacity, owned.allocatable] {
-        keys.sort();
-        if !keys.iter().eq(intent.resources.keys()) {
-            return false;
-        }
-    }
     let wanted_allocatable = intent.allocatable();
     let values_match = intent.resources.iter().all(|(name, value)| {
         let capacity = status.and_then(|s| s.capacity.as_ref()?.get(name));
@@ -265,16 +289,13 @@ pub fn status_current(node: &CachedNode, intent: &NodeIntent) -> bool {
         capacity == Some(value) && allocatable == wanted_allocatable.get(name)
     });
     let condition_matches = |type_: &str, wanted: &Option<NodeCondition>| match wanted {
-        Some(wanted) => {
-            owns_condition(node, type_)
-                && current_condition(node, type_).is_some_and(|c| {
-                    (&c.status, &c.reason, &c.message)
-                        == (&wanted.status, &wanted.reason, &wanted.message)
-                })
-        }
-        None => !owns_condition(node, type_),
+        Some(wanted) => current_condition(node, type_).is_some_and(|c| {
+            (&c.status, &c.reason, &c.message) == (&wanted.status, &wanted.reason, &wanted.message)
+        }),
+        None => true,
     };
-    values_match
+    annotations_match
+        && values_match
         && condition_matches(GPU_FRACTIONING_READY, &intent.fractioning)
         && condition_matches(GPU_FAULT, &intent.fault)
 }
@@ -306,23 +327,80 @@ pub fn owns_status(node: &CachedNode) -> bool {
     OwnedStatus::of(node).is_some()
 }
 
-/// The body of the status apply for `intent`, labels and annotations included.
-pub fn node_patch(node: &str, intent: &NodeIntent) -> serde_json::Value {
-    let mut patch = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": node, "labels": intent.labels},
-        "status": {
-            "capacity": intent.resources,
-            "allocatable": intent.allocatable(),
-            "conditions": intent.conditions(),
-        },
-    });
-    // Most nodes have none; an empty map would only add an entry to the managed fields.
-    if !intent.annotations.is_empty() {
-        patch["metadata"]["annotations"] = serde_json::json!(intent.annotations);
+/// The body of the status patch for `intent`, labels and annotations included: what it wants,
+/// and `leftovers` removed. With `resource_version` the API server refuses the patch (409) if
+/// the node changed since it was read, so that what is taken back is what fakegpu saw.
+pub fn node_patch(
+    intent: &NodeIntent,
+    leftovers: &Leftovers,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    fn map<V: serde::Serialize>(
+        wanted: &BTreeMap<String, V>,
+        gone: &[String],
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let mut map: serde_json::Map<_, _> = gone
+            .iter()
+            .map(|key| (key.clone(), serde_json::Value::Null))
+            .collect();
+        for (key, value) in wanted {
+            map.insert(key.clone(), serde_json::json!(value));
+        }
+        map
     }
-    patch
+    let mut metadata = serde_json::Map::new();
+    let mut status = serde_json::Map::new();
+    // Empty maps and lists are left out: they would change nothing.
+    let put = |into: &mut serde_json::Map<_, _>, key: &str, value: serde_json::Value| {
+        let empty = match &value {
+            serde_json::Value::Object(map) => map.is_empty(),
+            serde_json::Value::Array(list) => list.is_empty(),
+            _ => false,
+        };
+        if !empty {
+            into.insert(key.to_owned(), value);
+        }
+    };
+    put(
+        &mut metadata,
+        "labels",
+        map(&intent.labels, &leftovers.labels).into(),
+    );
+    put(
+        &mut metadata,
+        "annotations",
+        map(&intent.annotations, &leftovers.annotations).into(),
+    );
+    if let Some(version) = resource_version {
+        put(&mut metadata, "resourceVersion", version.into());
+    }
+    put(
+        &mut status,
+        "capacity",
+        map(&intent.resources, &leftovers.capacity).into(),
+    );
+    put(
+        &mut status,
+        "allocatable",
+        map(&intent.allocatable(), &leftovers.allocatable).into(),
+    );
+    let conditions = intent
+        .conditions()
+        .into_iter()
+        .map(|c| serde_json::json!(c))
+        .chain(
+            leftovers
+                .conditions
+                .iter()
+                .map(|type_| serde_json::json!({"type": type_, "$patch": "delete"})),
+        )
+        .collect();
+    put(
+        &mut status,
+        "conditions",
+        serde_json::Value::Array(conditions),
+    );
+    serde_json::json!({"metadata": metadata, "status": status})
 }
 
 #[cfg(test)]
@@ -547,22 +625,92 @@ mod tests {
             fault: None,
             annotations: BTreeMap::new(),
         };
-        let patch = node_patch("n", &intent);
-        // No annotation of fakegpu's: the patch names none, so it claims no field for them.
+        let patch = node_patch(&intent, &Leftovers::default(), None);
+        // No annotation, condition or version: the patch names none, so it sets none.
         assert!(patch["metadata"].get("annotations").is_none());
+        assert!(patch["metadata"].get("resourceVersion").is_none());
+        assert!(patch["status"].get("conditions").is_none());
         let mapped = NodeIntent {
             annotations: BTreeMap::from([("run.ai/mig-mapping".to_owned(), "e30=".to_owned())]),
             ..intent.clone()
         };
         assert_eq!(
-            node_patch("n", &mapped)["metadata"]["annotations"]["run.ai/mig-mapping"],
+            node_patch(&mapped, &Leftovers::default(), None)["metadata"]["annotations"]["run.ai/mig-mapping"],
             "e30="
         );
         assert_eq!(patch["metadata"]["labels"]["nvidia.com/gpu.count"], "8");
         assert_eq!(patch["status"]["capacity"]["nvidia.com/gpu"], "8");
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "5");
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/hostdev"], "2");
-        assert_eq!(patch["status"]["conditions"], json!([]));
+    }
+
+    #[test]
+    fn the_patch_takes_back_what_fakegpu_alone_set_and_no_longer_wants() {
+        let fake = pool("p", 0, json!({"gpu": {"profile": "t4"}}));
+        let gpu = resolve(&fake.spec.gpu).expect("resolves");
+        let resources = desired_resources(&fake, &gpu, true);
+        let bare = node(json!({"metadata": {"name": "n"}}));
+        let before = NodeIntent {
+            labels: BTreeMap::from([("nvidia.com/gpu.count".to_owned(), "4".to_owned())]),
+            annotations: BTreeMap::from([("run.ai/mig-mapping".to_owned(), "e30=".to_owned())]),
+            fractioning: desired_fractioning(&bare, &fake, &resources, &time(1)),
+            resources: BTreeMap::from([
+                ("nvidia.com/gpu".to_owned(), Quantity("4".into())),
+                ("nvidia.com/hostdev".to_owned(), Quantity("2".into())),
+            ]),
+            ..Default::default()
+        };
+        // Written by a patch (an Update entry), as fakegpu writes nodes now.
+        let mut written = applied_node(&before);
+        written.metadata.managed_fields.as_mut().expect("fields")[0].operation =
+            Some("Update".to_owned());
+        let after = NodeIntent {
+            resources: BTreeMap::from([("nvidia.com/gpu".to_owned(), Quantity("4".into()))]),
+            ..Default::default()
+        };
+        let owned = OwnedStatus::from_managed_fields(&written);
+        let leftovers = Leftovers::new(owned.as_ref(), &["nvidia.com/gpu.count".into()], &after);
+        assert!(!status_current(&Cached::new(written.clone()), &after));
+        let patch = node_patch(&after, &leftovers, Some("42"));
+        assert_eq!(
+            patch["metadata"]["labels"],
+            json!({"nvidia.com/gpu.count": null})
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({"run.ai/mig-mapping": null})
+        );
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            patch["status"]["capacity"],
+            json!({"nvidia.com/gpu": "4", "nvidia.com/hostdev": null})
+        );
+        assert_eq!(
+            patch["status"]["allocatable"],
+            json!({"nvidia.com/gpu": "4", "nvidia.com/hostdev": null})
+        );
+        assert_eq!(
+            patch["status"]["conditions"],
+            json!([{"type": GPU_FRACTIONING_READY, "$patch": "delete"}])
+        );
+        // What another manager set too is theirs as well: fakegpu leaves it.
+        let mut shared = written.clone();
+        shared
+            .metadata
+            .managed_fields
+            .as_mut()
+            .expect("fields")
+            .push(serde_json::from_value(json!({"manager": "someone-else", "operation": "Apply",
+                "subresource": "status", "fieldsV1": {"f:status": {"f:capacity": {"f:nvidia.com/hostdev": {}}}}}))
+                .expect("entry"));
+        let owned = OwnedStatus::from_managed_fields(&shared);
+        let leftovers = Leftovers::new(owned.as_ref(), &[], &after);
+        let patch = node_patch(&after, &leftovers, None);
+        assert_eq!(patch["status"]["capacity"], json!({"nvidia.com/gpu": "4"}));
+        assert_eq!(
+            patch["status"]["allocatable"],
+            json!({"nvidia.com/gpu": "4", "nvidia.com/hostdev": null})
+        );
     }
 
     #[test]
