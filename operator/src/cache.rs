@@ -10,6 +10,7 @@
 
 use std::{borrow::Cow, fmt::Debug};
 
+use fakegpu_api::names::FIELD_MANAGER;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -30,16 +31,25 @@ pub trait Trim: Resource + Sized {
 pub struct Cached<K: Trim> {
     trimmed: K,
     kept: K::Kept,
+    fakegpu_alone: bool,
 }
 
 impl<K: Trim> Cached<K> {
     /// Trims `object` for a cache.
     pub fn new(mut object: K) -> Self {
+        let fakegpu_alone = written_by_fakegpu_alone(object.meta());
         let kept = K::trim(&mut object);
         Self {
             trimmed: object,
             kept,
+            fakegpu_alone,
         }
+    }
+
+    /// Whether every field of the object was last set by fakegpu (its managed fields name no
+    /// other manager): as it wrote it, untouched since.
+    pub fn written_by_fakegpu_alone(&self) -> bool {
+        self.fakegpu_alone
     }
 
     /// The object less what its cache dropped.
@@ -81,6 +91,15 @@ impl<K: Trim> Resource for Cached<K> {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         self.trimmed.meta_mut()
     }
+}
+
+fn written_by_fakegpu_alone(meta: &ObjectMeta) -> bool {
+    meta.managed_fields.as_ref().is_some_and(|entries| {
+        !entries.is_empty()
+            && entries
+                .iter()
+                .all(|entry| entry.manager.as_deref() == Some(FIELD_MANAGER))
+    })
 }
 
 /// kube's controllers ask that their objects can be read from the API; one read is trimmed as

@@ -39,7 +39,7 @@ use crate::{
     recent::{RecentWrites, fingerprint},
     streams::{
         LIST_PAGE_SIZE, cached, changes, confirm, fan_out, kept, log_errors, log_outcome, measured,
-        shared_touched,
+        others_changes, shared_touched,
     },
     tracking,
 };
@@ -232,9 +232,12 @@ pub async fn run(
             spec_changes(pools_for_node_controller, pools.clone()),
             move |pool| node::nodes_of_pool(&node_store.state(), &pool),
         )
-        .watches_shared_stream(configmaps_for_nodes, node_of_configmap)
+        .watches_shared_stream(
+            others_changes(configmaps_for_nodes, configmaps.clone()),
+            node_of_configmap,
+        )
         .watches_shared_stream(kubelet_reports_for_nodes, node_of_configmap)
-        .watches_shared_stream(slices_for_nodes, |slice| {
+        .watches_shared_stream(others_changes(slices_for_nodes, slices.clone()), |slice| {
             slice
                 .trimmed()
                 .spec

@@ -20,7 +20,12 @@ use kube::{
 };
 use tracing::warn;
 
-use crate::{Context, recent::RecentWrites, retry};
+use crate::{
+    Context,
+    cache::{Cached, Trim},
+    recent::RecentWrites,
+    retry,
+};
 
 /// Objects per page of a watcher's initial list. A page arrives and is decoded whole before the
 /// caches trim its objects, and on a restart every watcher lists at once: at client-go's 500,
@@ -171,6 +176,27 @@ where
     })
 }
 
+/// Drops the objects that are as fakegpu wrote them ([`Cached::written_by_fakegpu_alone`]) and
+/// as the cache holds them now: the echo of a write a reconcile just made, which would only run
+/// that reconcile again to find nothing to do. Someone else's change, a deletion (gone from the
+/// cache) and an object that changed again since pass. While 10 000 nodes join their pools,
+/// each node's ConfigMap and ResourceSlice echoes had reconciled it twice more.
+pub(crate) fn others_changes<K: Trim>(
+    objects: impl Stream<Item = Arc<Cached<K>>>,
+    cache: Store<Cached<K>>,
+) -> impl Stream<Item = Arc<Cached<K>>>
+where
+    Cached<K>: kube::Resource<DynamicType = ()> + Clone,
+{
+    objects.filter(move |object| {
+        let echo = object.written_by_fakegpu_alone()
+            && cache
+                .get(&ObjectRef::from_obj(object.as_ref()))
+                .is_some_and(|cached| Arc::ptr_eq(&cached, object));
+        future::ready(!echo)
+    })
+}
+
 /// Logs what a controller reports, except what needs no word: an event of a deleted object (the
 /// streams carry deletions on purpose) finds nothing left to reconcile, and a failed reconcile
 /// was logged by its error policy.
@@ -273,5 +299,49 @@ mod tests {
                 .get(&ObjectRef::from_obj(touched[3].as_ref()))
                 .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn echoes_of_fakegpu_s_own_writes_are_dropped() {
+        let managed = |name: &str, managers: &[&str]| {
+            let mut object = cm(name);
+            object.metadata.managed_fields = Some(
+                managers
+                    .iter()
+                    .map(|manager| {
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+                            manager: Some((*manager).to_owned()),
+                            operation: Some("Update".to_owned()),
+                            ..Default::default()
+                        }
+                    })
+                    .collect(),
+            );
+            Cached::new(object)
+        };
+        let (store, mut writer) = reflector::store::<Cached<ConfigMap>>();
+        let events = vec![
+            // Written by fakegpu, as the cache holds it: an echo.
+            Event::Apply(managed("ours", &["fakegpu"])),
+            // Edited by a user since.
+            Event::Apply(managed("edited", &["fakegpu", "kubectl-edit"])),
+            // Deleted by a user: gone from the cache, it must be repaired.
+            Event::Apply(managed("deleted", &["fakegpu"])),
+            Event::Delete(managed("deleted", &["fakegpu"])),
+            // No managed fields at all (an API server that does not track them).
+            Event::Apply(Cached::new(cm("untracked"))),
+        ];
+        let reflected = stream::iter(events).map(move |event| {
+            writer.apply_watcher_event(&event);
+            event
+        });
+        // The stream runs after the cache took each event: a "deleted" applied and then
+        // deleted is not in it any more when the first of the two is looked at.
+        let touched: Vec<_> = shared_touched(store.clone(), reflected).collect().await;
+        let passed: Vec<String> = others_changes(stream::iter(touched), store)
+            .map(|o| o.name_any())
+            .collect()
+            .await;
+        assert_eq!(passed, ["edited", "deleted", "deleted", "untracked"]);
     }
 }
