@@ -330,6 +330,86 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
     .await
 }
 
+/// The GPU-ish entries of a node's capacity and allocatable: `nvidia.com/*`.
+fn nvidia_resources(node: &Node) -> [BTreeMap<String, String>; 2] {
+    let status = node.status.clone().unwrap_or_default();
+    [status.capacity, status.allocatable].map(|resources| {
+        resources
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("nvidia.com/"))
+            .map(|(name, quantity)| (name, quantity.0))
+            .collect()
+    })
+}
+
+#[tokio::test]
+async fn a_node_an_applying_fakegpu_wrote_is_taken_over_and_released() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("upgrade");
+    let node = format!("{pool}-node");
+    create_kwok_node(&client, &node, &[]).await?;
+    let cleanup = Cleanup::new(&client).pool(&pool).node(&node);
+    let result = async {
+        let nodes = nodes(&client);
+        eventually("KWOK initialized the node", CONVERGE, || async {
+            let n = nodes.get(&node).await?;
+            let pods = n
+                .status
+                .and_then(|s| s.allocatable)
+                .is_some_and(|a| a.contains_key("pods"));
+            Ok(pods.then_some(()))
+        })
+        .await?;
+        // What fakegpu before node patches left on a node of an 8-GPU MIG pool: its server-side
+        // apply of nodes/status, with a label and an extended resource the pool below does not
+        // give.
+        let applied = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node,
+            "labels": {"fakegpu.dev/pool": pool, label::GPU_COUNT: "8", label::MIG_STRATEGY: "single"}},
+            "status": {"capacity": {"nvidia.com/gpu": "8", "nvidia.com/hostdev": "2"},
+                "allocatable": {"nvidia.com/gpu": "8", "nvidia.com/hostdev": "2"}}});
+        nodes
+            .patch_status(&node, &PatchParams::apply("fakegpu").force(), &Patch::Apply(&applied))
+            .await?;
+        nodes
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: pool}}})),
+            )
+            .await?;
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 1}})).await?;
+        let one_gpu = BTreeMap::from([("nvidia.com/gpu".to_owned(), "1".to_owned())]);
+        eventually("the pool's labels and GPUs, and nothing of the old apply's", CONVERGE, || async {
+            let n = nodes.get(&node).await?;
+            let labels = operator_labels(&n);
+            let taken_over = labels.get(label::GPU_COUNT).map(String::as_str) == Some("1")
+                && labels.get(label::GPU_PRODUCT).map(String::as_str) == Some("Tesla-T4")
+                && !labels.contains_key(label::MIG_STRATEGY)
+                && nvidia_resources(&n) == [one_gpu.clone(), one_gpu.clone()];
+            Ok(taken_over.then_some(()))
+        })
+        .await?;
+        nodes
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: null}}})),
+            )
+            .await?;
+        eventually("released", CONVERGE, || async {
+            let n = nodes.get(&node).await?;
+            let released = operator_labels(&n).is_empty()
+                && nvidia_resources(&n) == [BTreeMap::new(), BTreeMap::new()];
+            Ok(released.then_some(()))
+        })
+        .await
+    }
+    .await;
+    cleanup.after(result).await
+}
+
 #[tokio::test]
 async fn contested_node_is_reported_by_both_pools_without_flapping() -> anyhow::Result<()> {
     let client = admin_client().await?;

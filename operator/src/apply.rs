@@ -57,6 +57,14 @@ fn params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
+/// A patch that is not an apply, as [`FIELD_MANAGER`].
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    }
+}
+
 /// Server-side applies `object` (a partial object: only the fields fakegpu owns).
 pub async fn apply<K>(
     api: &Api<K>,
@@ -87,19 +95,16 @@ where
 
 /// Strategic-merge-patches the status subresource as [`FIELD_MANAGER`]. The API server decodes
 /// the JSON body directly and records the fields it changes as fakegpu's; an apply of the same
-/// body (parsed as YAML, then merged field by field) cost it twice as much: 1.0-1.1 against
-/// 0.5-0.7 ms of CPU per node on 2 000 fresh KWOK nodes (README, Scale).
+/// body (parsed as YAML, then merged field by field) cost it half as much again: 0.87-0.97
+/// against 0.61-0.68 ms of CPU per fresh KWOK node above its idle floor
+/// (`hack/bench/node-writes.sh`, README: Scale).
 pub async fn patch_status<K>(api: &Api<K>, name: &str, patch: &serde_json::Value) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     count::<K>("patch-status");
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..Default::default()
-    };
     Ok(api
-        .patch_status(name, &params, &Patch::Strategic(patch))
+        .patch_status(name, &patch_params(), &Patch::Strategic(patch))
         .await?)
 }
 
@@ -144,12 +149,10 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     count::<K>("merge-patch");
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..Default::default()
-    };
     let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
-    Ok(api.patch(name, &params, &Patch::Merge(&patch)).await?)
+    Ok(api
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
+        .await?)
 }
 
 /// [`replace`], unless `recent` shows the same write still on its way to the cache.

@@ -62,7 +62,7 @@ pub fn summary(topology: &NodeTopology) -> Option<(&'static str, String)> {
 }
 
 /// The node's `fakegpu.dev/GpuFault` condition for `topology`: `True` while any GPU has a
-/// fault, since the first time it was; none without faults (fakegpu's apply then removes it).
+/// fault, since the first time it was; none without faults (fakegpu's patch then removes it).
 pub fn desired_condition(
     node: &CachedNode,
     topology: &NodeTopology,

@@ -53,7 +53,8 @@ pub type CachedNode = Cached<Node>;
 pub struct KeptOfNode {
     /// Digest of the labels only fakegpu owns (see [`labels::drop_own_labels`]).
     pub own_labels: Option<Digest>,
-    /// What fakegpu's status apply owns, told by the managed fields.
+    /// What fakegpu set in its status and annotations (and no one else did), told by the managed
+    /// fields.
     pub owned_status: Option<status::OwnedStatus>,
 }
 
@@ -156,7 +157,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
 /// released claim names no node any more, so its event does not reach the node).
 const LINGER_RECHECK: Duration = Duration::from_secs(5);
 
-/// Labels, annotations, KWOK capacity and the fractioning condition, in one apply of the node's
+/// Labels, annotations, KWOK capacity and the fractioning condition, in one patch of the node's
 /// status subresource. The API server keeps the metadata of a status write (it resets only
 /// `spec`), so a node costs one write where labels and status used to cost two; the GPUs the
 /// document marks unhealthy leave allocatable.
@@ -623,9 +624,9 @@ async fn ensure_topology(
     apply::replace_once(&ctx.recent, &configmaps, &cm_name, &desired, exists).await
 }
 
-/// Takes away what the operator gave a node: its labels and status entries (an empty apply
-/// drops every field the field manager owns, and only those), its slices and its topology
-/// ConfigMap.
+/// Takes away what the operator gave a node: its labels and status entries (the patch of an
+/// empty intent names as null every one fakegpu alone set, and only those), its slices and its
+/// topology ConfigMap.
 pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
     let name = node.name_any();
     let lingering = if has_kubelet(node) {
