@@ -39,7 +39,7 @@ use crate::{
     recent::{RecentWrites, fingerprint},
     streams::{
         LIST_PAGE_SIZE, cached, changes, confirm, fan_out, kept, log_errors, log_outcome, measured,
-        others_changes, shared_touched,
+        others_changes, own_echoes_dropped, shared_touched,
     },
     tracking,
 };
@@ -245,12 +245,15 @@ pub async fn run(
                 .as_deref()
                 .map(ObjectRef::new)
         })
-        .watches_shared_stream(pods_for_nodes, |pod| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .map(ObjectRef::new)
-        })
+        .watches_shared_stream(
+            own_echoes_dropped(pods_for_nodes, ctx.recent.clone()),
+            |pod| {
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .map(ObjectRef::new)
+            },
+        )
         .watches_shared_stream(nrts_for_nodes, |nrt| {
             Some(ObjectRef::<CachedNode>::new(&nrt.name_any()))
         })

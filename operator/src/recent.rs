@@ -57,6 +57,21 @@ struct Written {
 #[derive(Debug, Default)]
 pub struct RecentWrites {
     pending: Mutex<HashMap<Target, Written>>,
+    /// Objects of others' that fakegpu wrote last (a pod's annotation), by kind and
+    /// `namespace/name`: the version its write gave each, and when.
+    own: Mutex<HashMap<(String, String), (u64, Instant)>>,
+}
+
+/// How many remembered own writes make [`RecentWrites::record_own`] forget those older than
+/// [`PATIENCE`] (whose echo never came: the object went first).
+const OWN_PRUNE_AT: usize = 1024;
+
+fn own_key<K: Resource<DynamicType = ()>>(object: &K) -> (String, String) {
+    let name = match object.meta().namespace.as_deref() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    };
+    (K::kind(&()).into_owned(), name)
 }
 
 /// A fingerprint of a serialisable value: of a write's body here, of what the controllers read
@@ -118,6 +133,44 @@ impl RecentWrites {
     /// Forgets the write to `target` (the object is being deleted).
     pub fn forget(&self, target: &Target) {
         self.lock().remove(target);
+    }
+
+    /// Remembers that fakegpu's write gave `written` its version: its watch event is then
+    /// fakegpu's own echo (see [`Self::is_own_echo`]).
+    pub fn record_own<K: Resource<DynamicType = ()>>(&self, written: &K, now: Instant) {
+        let Some(version) = version(written.meta().resource_version.as_deref()) else {
+            return;
+        };
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        if own.len() >= OWN_PRUNE_AT {
+            own.retain(|_, (_, at)| now.duration_since(*at) < PATIENCE);
+        }
+        own.insert(own_key(written), (version, now));
+    }
+
+    /// Whether the watch delivered `object` as fakegpu's own last write left it (nothing
+    /// happened to it since): reacting to it would only find that write done. Forgets the
+    /// write once its echo came.
+    pub fn is_own_echo<K: Resource<DynamicType = ()>>(&self, object: &K) -> bool {
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        if own.is_empty() {
+            return false;
+        }
+        let key = own_key(object);
+        let Some((written, _)) = own.get(&key).copied() else {
+            return false;
+        };
+        match version(object.meta().resource_version.as_deref()) {
+            Some(delivered) if delivered == written => {
+                own.remove(&key);
+                true
+            }
+            Some(delivered) if delivered > written => {
+                own.remove(&key);
+                false
+            }
+            _ => false,
+        }
     }
 
     /// The watch delivered `object` (applied or deleted): the writes to it up to its version
@@ -199,5 +252,42 @@ mod tests {
         recent.record(target.clone(), 1, Some("5"), now);
         recent.seen(&node("n", "opaque"));
         assert!(!recent.is_repeat(&target, 1, now));
+    }
+
+    fn pod(namespace: &str, name: &str, resource_version: &str) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace,
+            "resourceVersion": resource_version}}))
+        .expect("test pod")
+    }
+
+    #[test]
+    fn an_own_write_s_echo_is_told_once_and_nothing_after_it() {
+        let recent = RecentWrites::default();
+        let now = Instant::now();
+        recent.record_own(&pod("a", "p", "7"), now);
+        // Another namespace's pod of that name, an earlier event of this one: not the echo.
+        assert!(!recent.is_own_echo(&pod("b", "p", "7")));
+        assert!(!recent.is_own_echo(&pod("a", "p", "6")));
+        assert!(recent.is_own_echo(&pod("a", "p", "7")));
+        // Told once: the same version again (a relist) is not held back.
+        assert!(!recent.is_own_echo(&pod("a", "p", "7")));
+        // A later version than the write means someone changed it since: it passes, and the
+        // write is forgotten.
+        recent.record_own(&pod("a", "q", "9"), now);
+        assert!(!recent.is_own_echo(&pod("a", "q", "10")));
+        assert!(!recent.is_own_echo(&pod("a", "q", "9")));
+    }
+
+    #[test]
+    fn own_writes_whose_echo_never_came_are_forgotten() {
+        let recent = RecentWrites::default();
+        let long_ago = Instant::now();
+        for i in 0..OWN_PRUNE_AT {
+            recent.record_own(&pod("a", &format!("p{i}"), "1"), long_ago);
+        }
+        let later = long_ago + PATIENCE + Duration::from_secs(1);
+        recent.record_own(&pod("a", "fresh", "2"), later);
+        assert_eq!(recent.own.lock().expect("lock").len(), 1);
+        assert!(recent.is_own_echo(&pod("a", "fresh", "2")));
     }
 }

@@ -197,6 +197,16 @@ where
     })
 }
 
+/// Drops the objects that fakegpu's own last write left as they are
+/// ([`RecentWrites::is_own_echo`]): a pod's GPUs annotation, written once for every pod given a
+/// GPU, came back as a pod event that reconciled the pod's node again only to find it written.
+pub(crate) fn own_echoes_dropped<K: kube::Resource<DynamicType = ()>>(
+    objects: impl Stream<Item = Arc<K>>,
+    recent: Arc<RecentWrites>,
+) -> impl Stream<Item = Arc<K>> {
+    objects.filter(move |object| future::ready(!recent.is_own_echo(object.as_ref())))
+}
+
 /// Logs what a controller reports, except what needs no word: an event of a deleted object (the
 /// streams carry deletions on purpose) finds nothing left to reconcile, and a failed reconcile
 /// was logged by its error policy.

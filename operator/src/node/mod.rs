@@ -485,7 +485,11 @@ async fn annotate_pod(
             debug!(node, %namespace, %pod, "pod gone before its annotation was written");
             Ok(())
         }
-        written => written.map(drop),
+        Ok(written) => {
+            ctx.recent.record_own(&written, std::time::Instant::now());
+            Ok(())
+        }
+        Err(error) => Err(error),
     }
 }
 
