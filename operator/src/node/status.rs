@@ -321,12 +321,6 @@ pub fn kwok_initialized(node: &CachedNode) -> bool {
         .is_some_and(|allocatable| allocatable.keys().any(|name| !ours.contains(name)))
 }
 
-/// Whether fakegpu owns anything in the node's status (a node leaving its pool must then have
-/// it taken back).
-pub fn owns_status(node: &CachedNode) -> bool {
-    OwnedStatus::of(node).is_some()
-}
-
 /// The body of the status patch for `intent`, labels and annotations included: what it wants,
 /// and `leftovers` removed. With `resource_version` the API server refuses the patch (409) if
 /// the node changed since it was read, so that what is taken back is what fakegpu saw.
@@ -562,7 +556,7 @@ mod tests {
             ..Default::default()
         };
         let node = applied(&intent);
-        assert!(owns_status(&node));
+        assert!(OwnedStatus::of(&node).is_some());
         assert!(status_current(&node, &intent));
         let again = desired_fractioning(&node, &fake, &intent.resources, &time(9));
         assert_eq!(again, intent.fractioning);
@@ -609,7 +603,7 @@ mod tests {
             OwnedStatus::from_managed_fields(&applied_node(&intent)).as_ref()
         );
         assert!(owns_condition(&node, GPU_FRACTIONING_READY));
-        assert!(!owns_status(&bare));
+        assert!(OwnedStatus::of(&bare).is_none());
     }
 
     #[test]
@@ -734,5 +728,25 @@ mod tests {
         // Entries a user wrote at creation count, even under names fakegpu also writes.
         assert!(kwok_initialized(&node(json!({"metadata": {"name": "n"},
             "status": {"allocatable": {"nvidia.com/gpu": "8"}}}))));
+    }
+
+    #[test]
+    fn a_node_with_only_a_label_of_fakegpu_s_left_is_not_current() {
+        // A node that left its pool keeping one deploy label while a claim was held: the label
+        // is all fakegpu has there, and the cache holds it as a digest.
+        let node = node(json!({"metadata": {"name": "n",
+            "labels": {"nvidia.com/gpu.deploy.dra-plugin-gpu": "true"},
+            "managedFields": [{"manager": "fakegpu", "operation": "Update", "subresource": "status",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.deploy.dra-plugin-gpu": {}}}}}]}}));
+        assert!(OwnedStatus::of(&node).is_none());
+        assert!(!node_current(&node, &NodeIntent::default()));
+        let keeping = NodeIntent {
+            labels: BTreeMap::from([(
+                "nvidia.com/gpu.deploy.dra-plugin-gpu".to_owned(),
+                "true".to_owned(),
+            )]),
+            ..Default::default()
+        };
+        assert!(node_current(&node, &keeping));
     }
 }
