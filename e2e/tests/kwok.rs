@@ -13,7 +13,7 @@ use fakegpu_api::{
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_kwok_pod_with,
     create_namespace, create_pool, eventually, install_crds, kwok_scenario, running_pod,
-    topology_of, unique_name,
+    set_node_pool, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -482,13 +482,7 @@ async fn a_fractioning_condition_written_by_another_controller_is_left_alone() -
         nodes
             .patch_status(&node, &PatchParams::apply("someone-else"), &Patch::Apply(&theirs))
             .await?;
-        nodes
-            .patch(
-                &node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: pool}}})),
-            )
-            .await?;
+        set_node_pool(&client, &node, Some(pool.as_str())).await?;
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 1}})).await?;
         eventually("capacity published", CONVERGE, || async {
             let n = nodes.get(&node).await?;

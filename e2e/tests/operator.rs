@@ -13,7 +13,8 @@ use fakegpu_api::{
 };
 use fakegpu_e2e::{
     Cleanup, OPERATOR_NAMESPACE, admin_client, annotate_node, create_kwok_node, create_pool,
-    eventually, http_get, install_crds, operator_address, topology_of, unique_name, warning_event,
+    eventually, http_get, install_crds, operator_address, set_node_pool, topology_of, unique_name,
+    warning_event,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
@@ -285,13 +286,7 @@ async fn lifecycle(client: &Client, pool: &str, names: &[String; 2]) -> anyhow::
             &Patch::Apply(&shared),
         )
         .await?;
-    nodes(client)
-        .patch(
-            &names[1],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: null}}})),
-        )
-        .await?;
+    set_node_pool(client, &names[1], None).await?;
     ready_pool(client, pool, 1).await?;
     eventually("unlabelled node released", CONVERGE, || async {
         let node = nodes(client).get(&names[1]).await?;
@@ -372,13 +367,7 @@ async fn a_node_an_applying_fakegpu_wrote_is_taken_over_and_released() -> anyhow
         nodes
             .patch_status(&node, &PatchParams::apply("fakegpu").force(), &Patch::Apply(&applied))
             .await?;
-        nodes
-            .patch(
-                &node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: pool}}})),
-            )
-            .await?;
+        set_node_pool(&client, &node, Some(pool.as_str())).await?;
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 1}})).await?;
         let one_gpu = BTreeMap::from([("nvidia.com/gpu".to_owned(), "1".to_owned())]);
         eventually("the pool's labels and GPUs, and nothing of the old apply's", CONVERGE, || async {
@@ -391,13 +380,7 @@ async fn a_node_an_applying_fakegpu_wrote_is_taken_over_and_released() -> anyhow
             Ok(taken_over.then_some(()))
         })
         .await?;
-        nodes
-            .patch(
-                &node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {label::NODE_POOL: null}}})),
-            )
-            .await?;
+        set_node_pool(&client, &node, None).await?;
         eventually("released", CONVERGE, || async {
             let n = nodes.get(&node).await?;
             let released = operator_labels(&n).is_empty()

@@ -202,9 +202,11 @@ pub struct Leftovers {
 impl Leftovers {
     /// `owned` and `labels` (fakegpu's only) less what `intent` has.
     pub fn new(owned: Option<&OwnedStatus>, labels: &[String], intent: &NodeIntent) -> Self {
-        let owned = owned.cloned().unwrap_or_default();
-        let not_in = |keys: Vec<String>, wanted: &dyn Fn(&str) -> bool| {
-            keys.into_iter().filter(|key| !wanted(key)).collect()
+        // Asked by every currency check: only the leftovers are copied, not the summary.
+        let none = OwnedStatus::default();
+        let owned = owned.unwrap_or(&none);
+        let not_in = |keys: &[String], wanted: &dyn Fn(&str) -> bool| {
+            keys.iter().filter(|key| !wanted(key)).cloned().collect()
         };
         let wanted_conditions: Vec<&str> = intent
             .conditions()
@@ -212,13 +214,15 @@ impl Leftovers {
             .map(|c| c.type_.as_str())
             .collect();
         Self {
-            labels: not_in(labels.to_vec(), &|key| intent.labels.contains_key(key)),
-            annotations: not_in(owned.annotations, &|key| {
+            labels: not_in(labels, &|key| intent.labels.contains_key(key)),
+            annotations: not_in(&owned.annotations, &|key| {
                 intent.annotations.contains_key(key)
             }),
-            capacity: not_in(owned.capacity, &|key| intent.resources.contains_key(key)),
-            allocatable: not_in(owned.allocatable, &|key| intent.resources.contains_key(key)),
-            conditions: not_in(owned.conditions, &|key| wanted_conditions.contains(&key)),
+            capacity: not_in(&owned.capacity, &|key| intent.resources.contains_key(key)),
+            allocatable: not_in(&owned.allocatable, &|key| {
+                intent.resources.contains_key(key)
+            }),
+            conditions: not_in(&owned.conditions, &|key| wanted_conditions.contains(&key)),
         }
     }
 }
