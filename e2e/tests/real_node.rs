@@ -2080,7 +2080,32 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
     served?;
     stopped?;
     cleared?;
+    // The library tells a new event set of every XID the document still shows, so the next
+    // plugin would mark the GPU unhealthy again if it started before the agent served the
+    // cleared document.
+    no_fault_served().await?;
     toolkit_container(client, namespace, &document).await
+}
+
+/// Waits until the document the driver root's socket serves (what NVIDIA's components read
+/// through fakegpu's library) shows no fault on any GPU.
+async fn no_fault_served() -> anyhow::Result<()> {
+    use fakegpu_api::names::nvml::{DOCUMENT_SOCKET, DRIVER_ROOT};
+    let socket = std::path::Path::new(DRIVER_ROOT).join(DOCUMENT_SOCKET);
+    eventually(
+        "the driver root's document showing no GPU fault",
+        CONVERGE,
+        || async {
+            let text = fakegpu_api::document_source::fetch(&socket)?;
+            let served = NodeTopology::from_yaml(&text)?;
+            Ok(served
+                .gpus
+                .iter()
+                .all(|gpu| gpu.faults.is_empty())
+                .then_some(()))
+        },
+    )
+    .await
 }
 
 /// NVIDIA's device plugin, built by hack/nvidia-components.sh, run on the real node's host
@@ -2133,7 +2158,13 @@ impl NvidiaDevicePlugin {
                 let registered =
                     said.contains("Registered device plugin for 'nvidia.com/gpu' with Kubelet");
                 let count = allocatable(client, &node, "nvidia.com/gpu").await?;
-                Ok((registered && count == Some(gpus.to_string())).then_some(()))
+                if registered && count == Some(gpus.to_string()) {
+                    return Ok(Some(()));
+                }
+                // What a timeout reports: the node's count and the plugin's last words.
+                let lines: Vec<&str> = said.lines().collect();
+                let last = lines[lines.len().saturating_sub(5)..].join("\n");
+                bail!("registered: {registered}, allocatable: {count:?}; the plugin's log ends:\n{last}")
             },
         )
         .await
