@@ -167,7 +167,9 @@ where
     K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, None);
-    once(recent, target, object, replace(api, name, object, exists)).await
+    once(recent, target, object, replace(api, name, object, exists))
+        .await
+        .map(drop)
 }
 
 /// [`apply`], unless `recent` shows the same apply still on its way to the cache.
@@ -181,19 +183,21 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, None);
-    once(recent, target, object, apply(api, name, object)).await
+    once(recent, target, object, apply(api, name, object))
+        .await
+        .map(drop)
 }
 
-/// [`patch_status`], unless `recent` shows the same write still on its way to the cache.
-/// `same` is what makes two status writes the same (a status carries timestamps that differ
-/// between two computations of one intent).
+/// [`patch_status`], unless `recent` shows the same write still on its way to the cache;
+/// whether it was sent. `same` is what makes two status writes the same (a status carries
+/// timestamps that differ between two computations of one intent).
 pub async fn patch_status_once<K>(
     recent: &RecentWrites,
     api: &Api<K>,
     name: &str,
     patch: &serde_json::Value,
     same: &impl Serialize,
-) -> Result<()>
+) -> Result<bool>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -201,19 +205,20 @@ where
     once(recent, target, same, patch_status(api, name, patch)).await
 }
 
+/// Sends `write` unless it repeats one the cache has not shown yet; whether it was sent.
 async fn once<K: Resource>(
     recent: &RecentWrites,
     target: Target,
     same: &impl Serialize,
     write: impl Future<Output = Result<K>>,
-) -> Result<()> {
+) -> Result<bool> {
     let fingerprint = fingerprint(same);
     if recent.is_repeat(&target, fingerprint, Instant::now()) {
         tracing::debug!(
             ?target,
             "same write already sent; the cache has not shown it yet"
         );
-        return Ok(());
+        return Ok(false);
     }
     let written = write.await?;
     recent.record(
@@ -222,7 +227,18 @@ async fn once<K: Resource>(
         written.meta().resource_version.as_deref(),
         Instant::now(),
     );
-    Ok(())
+    Ok(true)
+}
+
+/// Whether [`patch_status_once`] with `same` would skip the write as one the cache has not
+/// shown yet: asked first where preparing the patch costs a read.
+pub fn status_write_pending<K: Resource<DynamicType = ()>>(
+    recent: &RecentWrites,
+    name: &str,
+    same: &impl Serialize,
+) -> bool {
+    let target = Target::new::<K>(name, Some("status"));
+    recent.is_repeat(&target, fingerprint(same), Instant::now())
 }
 
 /// [`delete`], forgetting what `recent` holds of the object: a later apply of the same body

@@ -197,9 +197,13 @@ async fn apply_node(ctx: &Context, node: &CachedNode, intent: &status::NodeInten
         return Ok(());
     }
     let name = node.name_any();
-    info!(node = %name, pool = intent.labels.get(POOL_LABEL).map(String::as_str), resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "writing node labels and status");
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let same = status::node_patch(&intent.timeless(), &status::Leftovers::default(), None);
+    // Other events of the node come before the cache shows this write: neither read nor log.
+    if apply::status_write_pending::<Node>(&ctx.recent, &name, &same) {
+        debug!(node = %name, "same node write already sent");
+        return Ok(());
+    }
     // A node read for its labels may change again before the patch lands: read it again.
     let mut attempts = 1;
     loop {
@@ -217,7 +221,12 @@ async fn apply_node(ctx: &Context, node: &CachedNode, intent: &status::NodeInten
             status::node_patch(intent, &leftovers, None)
         };
         match apply::patch_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
-            Ok(()) => return Ok(()),
+            Ok(written) => {
+                if written {
+                    info!(node = %name, pool = intent.labels.get(POOL_LABEL).map(String::as_str), resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "wrote node labels and status");
+                }
+                return Ok(());
+            }
             // A patch never creates: a node deleted meanwhile answers 404.
             Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
                 debug!(node = %name, "node is gone; nothing to write");
