@@ -164,6 +164,10 @@ pub fn foreign_classes(ctx: &Context) -> Vec<String> {
 /// Writes the classes the pools need and deletes fakegpu's classes no pool needs; classes that
 /// belong to someone else are never touched.
 pub async fn ensure(ctx: &Context) -> Result<()> {
+    // Every pool's reconcile asks. While pools appear by the dozen, reconciles running side by
+    // side each wrote the classes for the pools they had seen, older sets after newer ones;
+    // one at a time, each compares the newest set with what was last written.
+    let _one_at_a_time = ctx.device_class_writes.lock().await;
     let api: Api<DeviceClass> = Api::all(ctx.client.clone());
     let desired = desired_classes(&ctx.caches.pools.state());
     for class in &desired {
@@ -179,7 +183,8 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                     "apiVersion": DeviceClass::api_version(&()), "kind": DeviceClass::kind(&()),
                     "metadata": object.metadata, "spec": object.spec,
                 });
-                apply::apply(&api, &name, &patch).await?;
+                // Until the watch shows this write, the same body is not sent again.
+                apply::apply_once::<DeviceClass>(&ctx.recent, &api, &name, &patch).await?;
             }
         }
     }
@@ -193,7 +198,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                 .is_some_and(|c| is_ours(&c))
         {
             info!(class = %name, "no pool needs it: deleting DeviceClass");
-            apply::delete(&api, name).await?;
+            apply::delete_once(&ctx.recent, &api, name).await?;
         }
     }
     Ok(())

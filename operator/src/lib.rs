@@ -78,8 +78,8 @@ pub struct Context {
     pub metrics: metrics::Metrics,
     /// Paces pool status writes (see [`pacer`]).
     pub pool_status_pacer: pacer::Pacer,
-    /// Paces the writes of pool statuses that only count joining nodes.
-    pub pool_progress_pacer: pacer::Pacer,
+    /// Paces the writes of pool statuses that only count joining nodes or allocated GPUs.
+    pub pool_counts_pacer: pacer::Pacer,
     /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
     /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
     /// the nodes whose GPUs pods overbook.
@@ -90,6 +90,8 @@ pub struct Context {
     pub pod_groups: pod_groups::PodGroups,
     /// Failures in a row per object, for the error policies' backoff (see [`retry`]).
     pub retries: retry::Retries,
+    /// Held while the DeviceClasses are compared and written (see [`deviceclass::ensure`]).
+    pub device_class_writes: tokio::sync::Mutex<()>,
     /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
     pub reservations: tracking::ReservationNamespaces,
 }

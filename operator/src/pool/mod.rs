@@ -81,13 +81,13 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     if pool.status.as_ref() == Some(&desired) {
         return Ok(next);
     }
-    // While nodes join, a status that only counts them is written every few seconds, not every
-    // second: a pool status write costs the API server several node writes' worth (the
-    // whole object validated against the schema, a 100-node list), and at 20 pools joining
-    // 10 000 nodes they took a ninth of its CPU. Ready, a problem or a new generation goes at
-    // once.
-    if status::only_progress(pool.status.as_ref(), &desired)
-        && let Some(wait) = ctx.pool_progress_pacer.admit(&name, Instant::now())
+    // While nodes join or pods come, a status that only counts them is written every few
+    // seconds, not every second: a pool status write costs the API server several node
+    // writes' worth (the whole object validated against the schema, a 100-node list), and at
+    // 20 pools joining 10 000 nodes they took a ninth of its CPU. Ready, a problem or a new
+    // generation goes at once.
+    if status::only_counts(pool.status.as_ref(), &desired)
+        && let Some(wait) = ctx.pool_counts_pacer.admit(&name, Instant::now())
     {
         return Ok(Action::requeue(wait));
     }
@@ -116,7 +116,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let name = pool.name_any();
     info!(pool = %name, "pool deleted: releasing its nodes");
     ctx.pool_status_pacer.forget(&name);
-    ctx.pool_progress_pacer.forget(&name);
+    ctx.pool_counts_pacer.forget(&name);
     for node in ctx.caches.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
             // A node whose pods still hold claims is looked at again by the node controller.

@@ -74,17 +74,16 @@ pub fn is_progressing(status: &GpuNodePoolStatus) -> bool {
         .any(|c| c.type_ == READY && c.status == "False" && c.reason == PROGRESSING)
 }
 
-/// Whether `desired` tells no more than how far a progressing pool has come: both statuses
-/// Progressing for the same generation, every condition with the same status and reason, only
-/// messages and counts moved. Such a write can wait; any other cannot.
-pub fn only_progress(current: Option<&GpuNodePoolStatus>, desired: &GpuNodePoolStatus) -> bool {
+/// Whether `desired` tells no more than new counts: how far a progressing pool has come, how
+/// many GPUs pods hold. The same generation, every condition with the same status and reason,
+/// only messages and counts moved. Such a write can wait; any other (Ready, a problem, a new
+/// generation) cannot.
+pub fn only_counts(current: Option<&GpuNodePoolStatus>, desired: &GpuNodePoolStatus) -> bool {
     let Some(current) = current else {
         return false;
     };
     let before = conditions_by_type(Some(current));
-    is_progressing(current)
-        && is_progressing(desired)
-        && current.observed_generation == desired.observed_generation
+    current.observed_generation == desired.observed_generation
         && current.conditions.len() == desired.conditions.len()
         && desired.conditions.iter().all(|c| {
             before
@@ -410,7 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn only_counts_moving_while_nodes_join_is_progress() {
+    fn only_counts_moving_can_wait() {
         let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
         let member = |name: &str, labelled: bool| {
             let mut labels = json!({"run.ai/simulated-gpu-node-pool": "a"});
@@ -437,7 +436,7 @@ mod tests {
         );
         assert!(is_progressing(&one));
         assert!(
-            !only_progress(None, &one),
+            !only_counts(None, &one),
             "a first status is written at once"
         );
         let two = status(
@@ -445,13 +444,13 @@ mod tests {
             &[member("n1", true), member("n2", true), member("n3", false)],
         );
         assert_ne!(one, two);
-        assert!(only_progress(Some(&one), &two));
+        assert!(only_counts(Some(&one), &two));
         let all = status(
             &alone,
             &[member("n1", true), member("n2", true), member("n3", true)],
         );
         assert!(!is_progressing(&all));
-        assert!(!only_progress(Some(&two), &all), "Ready is written at once");
+        assert!(!only_counts(Some(&two), &all), "Ready is written at once");
         // A younger pool selecting the same nodes: a conflict appears while the pool still
         // progresses.
         let other = pool(
@@ -465,9 +464,22 @@ mod tests {
         );
         assert!(is_progressing(&contested));
         assert!(
-            !only_progress(Some(&one), &contested),
+            !only_counts(Some(&one), &contested),
             "a new conflict is written at once"
         );
+        // Pods taking GPUs on a ready pool: counts again.
+        let busy = desired_status(
+            &a,
+            &alone,
+            &[member("n1", true), member("n2", true), member("n3", true)],
+            &[],
+            &NodeProblems::default(),
+            |_: &str| 1,
+            &time(100),
+        );
+        assert_eq!(busy.allocated_gpus, 3);
+        assert!(is_ready(&busy));
+        assert!(only_counts(Some(&all), &busy));
     }
 
     #[test]
