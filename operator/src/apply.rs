@@ -155,37 +155,35 @@ where
         .await?)
 }
 
-/// [`replace`], unless `recent` shows the same write still on its way to the cache.
+/// [`replace`], unless `recent` shows the same write still on its way to the cache; whether it
+/// was sent.
 pub async fn replace_once<K>(
     recent: &RecentWrites,
     api: &Api<K>,
     name: &str,
     object: &K,
     exists: bool,
-) -> Result<()>
+) -> Result<bool>
 where
     K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, None);
-    once(recent, target, object, replace(api, name, object, exists))
-        .await
-        .map(drop)
+    once(recent, target, object, replace(api, name, object, exists)).await
 }
 
-/// [`apply`], unless `recent` shows the same apply still on its way to the cache.
+/// [`apply`], unless `recent` shows the same apply still on its way to the cache; whether it
+/// was sent.
 pub async fn apply_once<K>(
     recent: &RecentWrites,
     api: &Api<K>,
     name: &str,
     object: &(impl Serialize + std::fmt::Debug),
-) -> Result<()>
+) -> Result<bool>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, None);
-    once(recent, target, object, apply(api, name, object))
-        .await
-        .map(drop)
+    once(recent, target, object, apply(api, name, object)).await
 }
 
 /// [`patch_status`], unless `recent` shows the same write still on its way to the cache;

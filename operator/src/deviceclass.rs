@@ -176,7 +176,6 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
             Some(current) if !is_ours(&current) => continue,
             Some(current) if class_current(&current, class) => continue,
             _ => {
-                info!(class = %name, "writing DeviceClass");
                 let mut object = class.clone();
                 object.meta_mut().managed_fields = None;
                 let patch = serde_json::json!({
@@ -184,7 +183,9 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                     "metadata": object.metadata, "spec": object.spec,
                 });
                 // Until the watch shows this write, the same body is not sent again.
-                apply::apply_once::<DeviceClass>(&ctx.recent, &api, &name, &patch).await?;
+                if apply::apply_once::<DeviceClass>(&ctx.recent, &api, &name, &patch).await? {
+                    info!(class = %name, "wrote DeviceClass");
+                }
             }
         }
     }

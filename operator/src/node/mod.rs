@@ -564,13 +564,15 @@ async fn sync_slice(
             Ok(())
         }
         Some(desired) => {
-            info!(
-                node,
-                slice = name,
-                generation = desired.spec.pool.generation,
-                "writing ResourceSlice"
-            );
-            apply::replace_once(&ctx.recent, &slices, name, &desired, exists).await
+            if apply::replace_once(&ctx.recent, &slices, name, &desired, exists).await? {
+                info!(
+                    node,
+                    slice = name,
+                    generation = desired.spec.pool.generation,
+                    "wrote ResourceSlice"
+                );
+            }
+            Ok(())
         }
     }
 }
@@ -597,9 +599,11 @@ async fn ensure_nrt(
     if current.is_some_and(|c| nrt::nrt_current(&c, &desired)) {
         return Ok(());
     }
-    info!(node = %name, pool = %pool.name_any(), "writing NodeResourceTopology");
     let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    apply::apply_once(&ctx.recent, &api, &name, &nrt::nrt_patch(&desired)).await
+    if apply::apply_once(&ctx.recent, &api, &name, &nrt::nrt_patch(&desired)).await? {
+        info!(node = %name, pool = %pool.name_any(), "wrote NodeResourceTopology");
+    }
+    Ok(())
 }
 
 async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Result<()> {
@@ -631,10 +635,12 @@ async fn ensure_topology(
     if current.is_some_and(|cm| topology::configmap_current(&cm, &desired)) {
         return Ok(());
     }
-    info!(node = %name, pool = %pool.name_any(), allocated, "writing topology ConfigMap");
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let cm_name = topology::configmap_name(&name);
-    apply::replace_once(&ctx.recent, &configmaps, &cm_name, &desired, exists).await
+    if apply::replace_once(&ctx.recent, &configmaps, &cm_name, &desired, exists).await? {
+        info!(node = %name, pool = %pool.name_any(), allocated, "wrote topology ConfigMap");
+    }
+    Ok(())
 }
 
 /// Takes away what the operator gave a node: its labels and status entries (the patch of an
