@@ -58,8 +58,8 @@ struct Written {
 pub struct RecentWrites {
     pending: Mutex<HashMap<Target, Written>>,
     /// Objects of others' that fakegpu wrote last (a pod's annotation), by kind and
-    /// `namespace/name`: the version its write gave each, and when.
-    own: Mutex<HashMap<(String, String), (u64, Instant)>>,
+    /// `namespace/name`: what it wrote, the version its write gave each, and when.
+    own: Mutex<HashMap<(String, String), Written>>,
 }
 
 /// How many remembered own writes make [`RecentWrites::record_own`] forget those older than
@@ -67,9 +67,16 @@ pub struct RecentWrites {
 const OWN_PRUNE_AT: usize = 1024;
 
 fn own_key<K: Resource<DynamicType = ()>>(object: &K) -> (String, String) {
-    let name = match object.meta().namespace.as_deref() {
-        Some(namespace) => format!("{namespace}/{}", object.name_any()),
-        None => object.name_any(),
+    own_key_of::<K>(object.meta().namespace.as_deref(), &object.name_any())
+}
+
+fn own_key_of<K: Resource<DynamicType = ()>>(
+    namespace: Option<&str>,
+    name: &str,
+) -> (String, String) {
+    let name = match namespace {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
     };
     (K::kind(&()).into_owned(), name)
 }
@@ -135,29 +142,65 @@ impl RecentWrites {
         self.lock().remove(target);
     }
 
-    /// Remembers that fakegpu's write gave `written` its version: its watch event is then
-    /// fakegpu's own echo (see [`Self::is_own_echo`]).
-    pub fn record_own<K: Resource<DynamicType = ()>>(&self, written: &K, now: Instant) {
-        let Some(version) = version(written.meta().resource_version.as_deref()) else {
+    fn own(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Written>> {
+        self.own.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers that fakegpu's write of a body with `fingerprint` gave `written` its version:
+    /// its watch event is then fakegpu's own echo (see [`Self::is_own_echo`]), and until it
+    /// comes the same write is not sent again ([`Self::is_own_pending`]).
+    pub fn record_own<K: Resource<DynamicType = ()>>(
+        &self,
+        written: &K,
+        fingerprint: u64,
+        now: Instant,
+    ) {
+        let Some(resource_version) = version(written.meta().resource_version.as_deref()) else {
             return;
         };
-        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        let mut own = self.own();
         if own.len() >= OWN_PRUNE_AT {
-            own.retain(|_, (_, at)| now.duration_since(*at) < PATIENCE);
+            own.retain(|_, written| now.duration_since(written.at) < PATIENCE);
         }
-        own.insert(own_key(written), (version, now));
+        own.insert(
+            own_key(written),
+            Written {
+                fingerprint,
+                resource_version,
+                at: now,
+            },
+        );
+    }
+
+    /// Whether a write with `fingerprint` to another's object `namespace/name` of kind `K`
+    /// repeats fakegpu's last one there, whose echo the watch has not delivered yet: an event
+    /// of the object from before that write (another writer's, under load) would otherwise
+    /// have it sent twice. A skipped write loses nothing: its echo shows the object as the
+    /// write would have left it.
+    pub fn is_own_pending<K: Resource<DynamicType = ()>>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        fingerprint: u64,
+        now: Instant,
+    ) -> bool {
+        self.own()
+            .get(&own_key_of::<K>(namespace, name))
+            .is_some_and(|written| {
+                written.fingerprint == fingerprint && now.duration_since(written.at) < PATIENCE
+            })
     }
 
     /// Whether the watch delivered `object` as fakegpu's own last write left it (nothing
     /// happened to it since): reacting to it would only find that write done. Forgets the
     /// write once its echo came.
     pub fn is_own_echo<K: Resource<DynamicType = ()>>(&self, object: &K) -> bool {
-        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        let mut own = self.own();
         if own.is_empty() {
             return false;
         }
         let key = own_key(object);
-        let Some((written, _)) = own.get(&key).copied() else {
+        let Some(written) = own.get(&key).map(|written| written.resource_version) else {
             return false;
         };
         match version(object.meta().resource_version.as_deref()) {
@@ -264,7 +307,7 @@ mod tests {
     fn an_own_write_s_echo_is_told_once_and_nothing_after_it() {
         let recent = RecentWrites::default();
         let now = Instant::now();
-        recent.record_own(&pod("a", "p", "7"), now);
+        recent.record_own(&pod("a", "p", "7"), 1, now);
         // Another namespace's pod of that name, an earlier event of this one: not the echo.
         assert!(!recent.is_own_echo(&pod("b", "p", "7")));
         assert!(!recent.is_own_echo(&pod("a", "p", "6")));
@@ -273,9 +316,42 @@ mod tests {
         assert!(!recent.is_own_echo(&pod("a", "p", "7")));
         // A later version than the write means someone changed it since: it passes, and the
         // write is forgotten.
-        recent.record_own(&pod("a", "q", "9"), now);
+        recent.record_own(&pod("a", "q", "9"), 1, now);
         assert!(!recent.is_own_echo(&pod("a", "q", "10")));
         assert!(!recent.is_own_echo(&pod("a", "q", "9")));
+    }
+
+    #[test]
+    fn the_same_own_write_waits_for_its_echo() {
+        let recent = RecentWrites::default();
+        let now = Instant::now();
+        let gpus = fingerprint(&("fakegpu.dev/gpus", "GPU-1"));
+        recent.record_own(&pod("a", "p", "7"), gpus, now);
+        let pending = |namespace, name, body, at| {
+            recent.is_own_pending::<k8s_openapi::api::core::v1::Pod>(
+                Some(namespace),
+                name,
+                body,
+                at,
+            )
+        };
+        assert!(pending("a", "p", gpus, now));
+        // Another value, another pod, a pod of another namespace: written.
+        assert!(!pending(
+            "a",
+            "p",
+            fingerprint(&("fakegpu.dev/gpus", "GPU-2")),
+            now
+        ));
+        assert!(!pending("a", "q", gpus, now));
+        assert!(!pending("b", "p", gpus, now));
+        // An event from before the write (another writer's) leaves it pending...
+        assert!(!recent.is_own_echo(&pod("a", "p", "6")));
+        assert!(pending("a", "p", gpus, now));
+        // ...until its echo comes, or patience runs out.
+        assert!(!pending("a", "p", gpus, now + PATIENCE));
+        assert!(recent.is_own_echo(&pod("a", "p", "7")));
+        assert!(!pending("a", "p", gpus, now));
     }
 
     #[test]
@@ -283,10 +359,10 @@ mod tests {
         let recent = RecentWrites::default();
         let long_ago = Instant::now();
         for i in 0..OWN_PRUNE_AT {
-            recent.record_own(&pod("a", &format!("p{i}"), "1"), long_ago);
+            recent.record_own(&pod("a", &format!("p{i}"), "1"), 1, long_ago);
         }
         let later = long_ago + PATIENCE + Duration::from_secs(1);
-        recent.record_own(&pod("a", "fresh", "2"), later);
+        recent.record_own(&pod("a", "fresh", "2"), 1, later);
         assert_eq!(recent.own.lock().expect("lock").len(), 1);
         assert!(recent.is_own_echo(&pod("a", "fresh", "2")));
     }

@@ -488,6 +488,21 @@ async fn annotate_pod(
     key: &str,
     value: &str,
 ) -> Result<()> {
+    // The pods this reconcile started from may be older than the cache is now: the write may
+    // have gone out since (another reconcile of the node), and its echo arrived or not yet.
+    let cached = ctx.caches.pods.get(&ObjectRef::new(pod).within(namespace));
+    if cached.is_some_and(|cached| cached.annotations().get(key).is_some_and(|v| v == value)) {
+        return Ok(());
+    }
+    let now = std::time::Instant::now();
+    let fingerprint = crate::recent::fingerprint(&(key, value));
+    if ctx
+        .recent
+        .is_own_pending::<Pod>(Some(namespace), pod, fingerprint, now)
+    {
+        debug!(node, %namespace, %pod, "same annotation already sent; the cache has not shown it yet");
+        return Ok(());
+    }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     match apply::annotate(&pods, pod, key, value).await {
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
@@ -495,7 +510,8 @@ async fn annotate_pod(
             Ok(())
         }
         Ok(written) => {
-            ctx.recent.record_own(&written, std::time::Instant::now());
+            ctx.recent
+                .record_own(&written, fingerprint, std::time::Instant::now());
             Ok(())
         }
         Err(error) => Err(error),
