@@ -55,12 +55,12 @@ trap cleanup EXIT
 hack/cluster.sh build
 cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale
 
-header="| implementation | nodes | pools | nodes up s (created, KWOK-initialized) | converge s | implementation CPU s | implementation peak RSS MiB | API server CPU ms/node | first-pass writes/node | first-pass request bytes/node | resync writes | GPU pods/s | GPU pods/s (implementation stopped) | plain pods/s (stopped) |"
+header="| implementation | nodes | pools | nodes up s (created, KWOK-initialized) | converge s | implementation CPU s | implementation peak RSS MiB | API server CPU ms/node | API server cores (idle, converging) | first-pass writes/node | first-pass request bytes/node | resync writes | GPU pods/s | GPU pods/s (implementation stopped) | plain pods/s (stopped) |"
 {
   echo "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: hack/bench/scale.sh ${sizes[*]} (pools=$pools pods=$pods; ${implementations[*]##*/})"
   echo
   echo "$header"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$results"
 profiles=()
 # The driver logs "pools applied" when it applies the pools: convergence starts there.
@@ -88,6 +88,10 @@ for n in "${sizes[@]}"; do
     target/release/scale --impl "$implementation" --nodes "$n" --pools "$pools" --pods "$pods" \
       2>"$FAKEGPU_CLUSTER_DIR/driver.log" | tee "$FAKEGPU_CLUSTER_DIR/row.txt" >&2
     cat "$FAKEGPU_CLUSTER_DIR/driver.log" >&2
+    # The next size starts from a fresh cluster directory: keep what this run logged.
+    mkdir -p "$repo/.cache/bench/logs"
+    cp "$FAKEGPU_CLUSTER_DIR/driver.log" "$repo/.cache/bench/logs/driver-$name-$n.log"
+    cp "$FAKEGPU_CLUSTER_DIR/logs/operator.log" "$repo/.cache/bench/logs/operator-$name-$n.log" 2>/dev/null || true
     head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
     profiles+=("$name, $n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
     wait

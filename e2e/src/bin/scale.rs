@@ -5,8 +5,9 @@
 //! One run: create N KWOK nodes spread over P pools, wait until KWOK has initialized them, have
 //! the implementation set up the pools, and measure until every node has its GPUs (for fakegpu
 //! also its labels, ResourceSlice (DRA pools) and topology ConfigMap); the implementation's CPU
-//! time and peak RSS, the API server's CPU per node; the implementation's writes and request
-//! bytes per node (from the API server's audit log, the same for any implementation) in the
+//! time and peak RSS, the API server's CPU per node and its cores busy idle and converging; the
+//! implementation's writes and request bytes per node (from the API server's audit log, the
+//! same for any implementation) in the
 //! first pass and in a resync (restart); then how fast the real scheduler binds M pods asking
 //! for `nvidia.com/gpu`, then M more with the implementation stopped (what it costs the
 //! scheduler's throughput) and M plain pods. Prints one Markdown
@@ -421,6 +422,28 @@ async fn schedule_pods(
     Ok(count as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Waits until the implementation uses under a twentieth of a core over a second (at most a
+/// minute); how long that took, and the cores it used in its last 10 s (or since the start).
+async fn settle(implementation: &Implementation) -> anyhow::Result<(Duration, f64)> {
+    let started = Instant::now();
+    let mut samples = vec![implementation.usage()?.0];
+    while started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        samples.push(implementation.usage()?.0);
+        if let [.., before, now] = samples[..]
+            && now - before < 0.05
+        {
+            break;
+        }
+    }
+    let window = &samples[samples.len().saturating_sub(11)..];
+    let rate = match window {
+        [first, .., last] => (last - first) / (window.len() - 1) as f64,
+        _ => 0.0,
+    };
+    Ok((started.elapsed(), rate))
+}
+
 fn per_process(cpu: &BTreeMap<&'static str, f64>, scale: f64) -> String {
     cpu.iter()
         .map(|(name, used)| format!("{name} {:.2}", used / scale))
@@ -526,6 +549,11 @@ async fn main() -> anyhow::Result<()> {
     // Its idle floor (KWOK's heartbeats) is in there too: it cannot be taken out, as the API
     // server, once saturated, serves the heartbeats more slowly rather than using more CPU.
     let apiserver = profile.get("kube-apiserver").copied().unwrap_or_default();
+    // Its cores busy with no pool and while converging: when the two are alike, its CPU per
+    // node follows the time rather than the writes.
+    let apiserver_idle_cores =
+        idle_cpu.get("kube-apiserver").copied().unwrap_or_default() / idle.as_secs_f64();
+    let apiserver_cores = apiserver / converge.as_secs_f64();
     first_pass
         .until_quiet(&mut audit, Duration::from_secs(5))
         .await?;
@@ -546,7 +574,17 @@ async fn main() -> anyhow::Result<()> {
         resync.count, resync.by_kind
     );
 
+    // A restarted implementation goes over every node again after its writes stop (fakegpu: a
+    // reconcile each, finding nothing to write); the scheduler is measured beside it at rest.
+    let (settling, rest_cores) = settle(&implementation).await?;
+    let (pods_cpu_before, _) = implementation.usage()?;
     let gpu_rate = schedule_pods(&client, args.pods, true, args.concurrency).await?;
+    let (pods_cpu_after, _) = implementation.usage()?;
+    eprintln!(
+        "implementation settled {settling:.1?} after the resync's writes (then {rest_cores:.2} cores); {:.1} CPU-s while {} GPU pods were bound",
+        pods_cpu_after - pods_cpu_before,
+        args.pods
+    );
     // The same again without the implementation at work (the nodes keep their GPUs): the
     // difference is what it costs the scheduler.
     implementation.run(&["stop"])?;
@@ -567,6 +605,8 @@ async fn main() -> anyhow::Result<()> {
         ("implementation_peak_rss_mib", json!(peak_rss)),
         ("resync_peak_rss_mib", json!(resync_rss)),
         ("apiserver_cpu_ms_per_node", json!(apiserver / n * 1000.0)),
+        ("apiserver_idle_cores", json!(apiserver_idle_cores)),
+        ("apiserver_converging_cores", json!(apiserver_cores)),
         (
             "first_pass_writes_per_node",
             json!(first_pass.count as f64 / n),
@@ -577,13 +617,19 @@ async fn main() -> anyhow::Result<()> {
         ),
         ("first_pass_writes_by_kind", json!(first_pass.by_kind)),
         ("resync_writes", json!(resync.count)),
+        ("settled_after_resync_s", json!(settling.as_secs_f64())),
+        ("implementation_cores_at_rest", json!(rest_cores)),
+        (
+            "implementation_cpu_s_during_gpu_pods",
+            json!(pods_cpu_after - pods_cpu_before),
+        ),
         ("gpu_pods_per_s", json!(gpu_rate)),
         ("gpu_pods_per_s_stopped", json!(gpu_rate_stopped)),
         ("plain_pods_per_s", json!(plain_rate)),
         ("convergence_cpu_s_by_process", json!(profile)),
     ]);
     println!(
-        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} |",
+        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.2}, {:.2} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.0} |",
         implementation.name,
         args.nodes,
         args.pools,
@@ -592,6 +638,8 @@ async fn main() -> anyhow::Result<()> {
         cpu_after - cpu_before,
         peak_rss,
         apiserver / n * 1000.0,
+        apiserver_idle_cores,
+        apiserver_cores,
         first_pass.count as f64 / n,
         first_pass.bytes as f64 / n,
         resync.count,
