@@ -54,6 +54,13 @@ struct Written {
     at: Instant,
 }
 
+impl Written {
+    /// Whether a write with `fingerprint` at `now` would repeat this one while it is awaited.
+    fn repeated_by(&self, fingerprint: u64, now: Instant) -> bool {
+        self.fingerprint == fingerprint && now.duration_since(self.at) < PATIENCE
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct RecentWrites {
     pending: Mutex<HashMap<Target, Written>>,
@@ -106,9 +113,9 @@ impl RecentWrites {
     /// Whether writing a body with `fingerprint` to `target` would repeat a write the cache
     /// has not shown yet.
     pub fn is_repeat(&self, target: &Target, fingerprint: u64, now: Instant) -> bool {
-        self.lock().get(target).is_some_and(|written| {
-            written.fingerprint == fingerprint && now.duration_since(written.at) < PATIENCE
-        })
+        self.lock()
+            .get(target)
+            .is_some_and(|written| written.repeated_by(fingerprint, now))
     }
 
     /// Remembers a write that the API server answered with `resource_version`.
@@ -186,9 +193,7 @@ impl RecentWrites {
     ) -> bool {
         self.own()
             .get(&own_key_of::<K>(namespace, name))
-            .is_some_and(|written| {
-                written.fingerprint == fingerprint && now.duration_since(written.at) < PATIENCE
-            })
+            .is_some_and(|written| written.repeated_by(fingerprint, now))
     }
 
     /// Whether the watch delivered `object` as fakegpu's own last write left it (nothing

@@ -579,11 +579,10 @@ async fn main() -> anyhow::Result<()> {
     let (settling, rest_cores) = settle(&implementation).await?;
     let (pods_cpu_before, _) = implementation.usage()?;
     let gpu_rate = schedule_pods(&client, args.pods, true, args.concurrency).await?;
-    let (pods_cpu_after, _) = implementation.usage()?;
+    let pods_cpu = implementation.usage()?.0 - pods_cpu_before;
     eprintln!(
         "implementation settled {settling:.1?} after the resync's writes (then {rest_cores:.2} cores); {:.1} CPU-s while {} GPU pods were bound",
-        pods_cpu_after - pods_cpu_before,
-        args.pods
+        pods_cpu, args.pods
     );
     // The same again without the implementation at work (the nodes keep their GPUs): the
     // difference is what it costs the scheduler.
@@ -619,10 +618,7 @@ async fn main() -> anyhow::Result<()> {
         ("resync_writes", json!(resync.count)),
         ("settled_after_resync_s", json!(settling.as_secs_f64())),
         ("implementation_cores_at_rest", json!(rest_cores)),
-        (
-            "implementation_cpu_s_during_gpu_pods",
-            json!(pods_cpu_after - pods_cpu_before),
-        ),
+        ("implementation_cpu_s_during_gpu_pods", json!(pods_cpu)),
         ("gpu_pods_per_s", json!(gpu_rate)),
         ("gpu_pods_per_s_stopped", json!(gpu_rate_stopped)),
         ("plain_pods_per_s", json!(plain_rate)),
