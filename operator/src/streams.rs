@@ -89,6 +89,12 @@ fn convert<K, C>(event: watcher::Event<K>, keep: &mut impl FnMut(K) -> C) -> wat
 /// cache hold them (it swaps a whole list in at once); passed on as they arrived, each was a
 /// copy next to the cache's, and a restart's peak memory held both. Deleted objects, gone from
 /// the cache, keep theirs.
+///
+/// A list after the first (the watch was away: its resource version expired, the connection
+/// broke) has no deletion events: the objects deleted meanwhile simply are not in it. Those the
+/// cache held before the list and does not hold after it are passed on as deletions are, or a
+/// node deleted while the watch was away would stay counted in its pool's status, and a
+/// topology ConfigMap deleted meanwhile would not be written again.
 pub(crate) fn shared_touched<K>(
     store: Store<K>,
     events: impl Stream<Item = watcher::Event<K>>,
@@ -97,6 +103,8 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     let mut listed: Vec<ObjectRef<K>> = Vec::new();
+    // What the cache held when the list began (it keeps that until the list is complete).
+    let mut before: Vec<Arc<K>> = Vec::new();
     events.flat_map(move |event| {
         let objects: Vec<Arc<K>> = match event {
             watcher::Event::Apply(object) | watcher::Event::Delete(object) => vec![
@@ -106,13 +114,23 @@ where
             ],
             watcher::Event::Init => {
                 listed.clear();
+                before = store.state();
                 Vec::new()
             }
             watcher::Event::InitApply(object) => {
                 listed.push(ObjectRef::from_obj(&object));
                 Vec::new()
             }
-            watcher::Event::InitDone => listed.drain(..).filter_map(|r| store.get(&r)).collect(),
+            watcher::Event::InitDone => {
+                let gone = std::mem::take(&mut before)
+                    .into_iter()
+                    .filter(|old| store.get(&ObjectRef::from_obj(old.as_ref())).is_none());
+                listed
+                    .drain(..)
+                    .filter_map(|r| store.get(&r))
+                    .chain(gone)
+                    .collect()
+            }
         };
         stream::iter(objects)
     })
@@ -307,6 +325,35 @@ mod tests {
         assert!(
             store
                 .get(&ObjectRef::from_obj(touched[3].as_ref()))
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn objects_deleted_while_the_watch_was_away_are_passed_on_after_the_next_list() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let events = vec![
+            Event::Init,
+            Event::InitApply(cm("a")),
+            Event::InitApply(cm("b")),
+            Event::InitDone,
+            // The watch comes back with a new list: "a" was deleted meanwhile, "c" created.
+            Event::Init,
+            Event::InitApply(cm("b")),
+            Event::InitApply(cm("c")),
+            Event::InitDone,
+        ];
+        let reflected = stream::iter(events).map(move |event| {
+            writer.apply_watcher_event(&event);
+            event
+        });
+        let touched: Vec<Arc<ConfigMap>> = shared_touched(store.clone(), reflected).collect().await;
+        let names: Vec<String> = touched.iter().map(|o| o.name_any()).collect();
+        assert_eq!(names, ["a", "b", "b", "c", "a"]);
+        // The deleted "a" is passed on as a deletion is: gone from the cache.
+        assert!(
+            store
+                .get(&ObjectRef::from_obj(touched[4].as_ref()))
                 .is_none()
         );
     }
