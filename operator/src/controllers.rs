@@ -36,7 +36,7 @@ use crate::{
     node::{self, CachedNode},
     pacer::Pacer,
     pods::{self, PodsByNode},
-    pool,
+    pool::{self, members::MembersCache},
     recent::{RecentWrites, fingerprint},
     streams::{
         LIST_PAGE_SIZE, cached, changes, confirm, fan_out, kept, log_errors, log_outcome, measured,
@@ -121,7 +121,10 @@ pub async fn run(
     .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
     let for_node_controller = node_changes(for_node_controller, nodes.clone());
-    let for_pool_controller = node_changes(for_pool_controller, nodes.clone());
+    let pool_members = Arc::new(MembersCache::default());
+    let members_of_pools = pool_members.clone();
+    let for_pool_controller = node_changes(for_pool_controller, nodes.clone())
+        .inspect(move |_| members_of_pools.node_changed());
     let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
         Api::namespaced(client.clone(), &namespace),
@@ -228,6 +231,7 @@ pub async fn run(
         metrics: metrics.clone(),
         pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
         pool_counts_pacer: Pacer::shared(POOL_COUNTS_INTERVAL, POOL_COUNTS_OVERALL),
+        pool_members,
         node_problems: Default::default(),
         recent,
         reservations: features.reservations,

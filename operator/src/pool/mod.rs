@@ -1,6 +1,7 @@
 //! The pool controller: writes each GpuNodePool's status and conditions, records Events when a
 //! condition turns bad, and on deletion takes the pool's labels off its nodes (finalizer).
 
+pub mod members;
 pub mod status;
 
 use std::{
@@ -62,15 +63,11 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let foreign = deviceclass::foreign_classes(ctx);
     let allocated = |node: &str| node::allocated_gpus(ctx, node);
     let problems = ctx.node_problems.lock().clone();
-    let desired = status::desired_status(
-        pool,
-        &ctx.caches.pools.state(),
-        &ctx.caches.nodes.state(),
-        &foreign,
-        &problems,
-        allocated,
-        &now,
-    );
+    let pools = ctx.caches.pools.state();
+    let members = ctx.pool_members.get(&name, &pools, &problems.failures, || {
+        members::members(pool, &pools, &ctx.caches.nodes.state(), &problems.failures)
+    });
+    let desired = status::desired_status(pool, &members, &foreign, &problems, allocated, &now);
     // Node failures and their retries reach no pool by a watch event: a pool that is not
     // ready looks again in a while.
     let next = if status::is_ready(&desired) {
@@ -117,6 +114,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     info!(pool = %name, "pool deleted: releasing its nodes");
     ctx.pool_status_pacer.forget(&name);
     ctx.pool_counts_pacer.forget(&name);
+    ctx.pool_members.forget(&name);
     for node in ctx.caches.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
             // A node whose pods still hold claims is looked at again by the node controller.

@@ -1,21 +1,19 @@
 //! A pool's status as the caches show it. Pure: the controller compares the result with the
 //! stored status and writes only a difference.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use fakegpu_api::{
     GpuNodePool, GpuNodePoolStatus,
-    names::{fakegpu::POOL_LABEL, nvml::DRIVER_ROOT},
+    names::nvml::DRIVER_ROOT,
     pool::{Backend, PoolNodeStatus, resolve::resolve_pool},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::{ResourceExt, core::SelectorExt};
 
-use crate::node::CachedNode;
+use super::members::Members;
 use crate::{
     conditions::{STALLED, condition, stamp},
     membership,
-    node::has_kubelet,
 };
 
 /// Condition types.
@@ -102,62 +100,30 @@ pub fn is_problem(condition: &Condition) -> bool {
     }
 }
 
-/// The status `pool` should have. `foreign_classes` are DeviceClasses of fakegpu's names that
-/// someone else owns; `problems` what the node controller found wrong with nodes (write
-/// errors, overbooked GPUs); `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions whose status or reason changed;
-/// unchanged conditions keep their previous transition time, so an unchanged pool yields an
-/// unchanged status.
+/// The status `pool` should have, with `members` its nodes (see [`super::members`]).
+/// `foreign_classes` are DeviceClasses of fakegpu's names that someone else owns; `problems`
+/// what the node controller found wrong with nodes (overbooked GPUs; write errors are in
+/// `members`); `allocated` tells how many GPUs of a node pods hold. `now` stamps conditions
+/// whose status or reason changed; unchanged conditions keep their previous transition time,
+/// so an unchanged pool yields an unchanged status.
 pub fn desired_status(
     pool: &GpuNodePool,
-    pools: &[Arc<GpuNodePool>],
-    nodes: &[Arc<CachedNode>],
+    members: &Members,
     foreign_classes: &[String],
     problems: &NodeProblems,
     allocated: impl Fn(&str) -> u32,
     now: &Time,
 ) -> GpuNodePoolStatus {
-    let name = pool.name_any();
     let generation = pool.metadata.generation;
     let resolved = resolve_pool(&pool.spec);
     let gpus_per_node = resolved.as_ref().map(|g| g.count).unwrap_or_default();
-
-    let mut labelled: Vec<&Arc<CachedNode>> = nodes
-        .iter()
-        .filter(|n| n.labels().get(POOL_LABEL) == Some(&name))
-        .collect();
-    labelled.sort_by_key(|n| n.name_any());
-    let mut wanted = 0usize;
-    let mut contested = Vec::new();
-    // Nodes the pool wants that fakegpu could not write: why the pool does not get ready.
-    let mut failing: Vec<(String, &String)> = Vec::new();
-    let selectors = membership::Selectors::new(pools);
-    let own = selectors.of(&name);
-    for node in nodes {
-        // Most nodes are other pools': the pool's own selector says so before all are asked.
-        if !own.is_some_and(|selector| selector.matches(node.labels())) {
-            continue;
-        }
-        let selecting = selectors.selecting(node.labels());
-        if selecting.first().is_some_and(|p| p.name_any() == name) {
-            wanted += 1;
-            if let Some(error) = problems.failures.get(&node.name_any()) {
-                failing.push((node.name_any(), error));
-            }
-        }
-        if selecting.len() > 1 {
-            let others: Vec<String> = selecting
-                .iter()
-                .map(|p| p.name_any())
-                .filter(|p| *p != name)
-                .collect();
-            contested.push(format!(
-                "{} (also {}; {} owns it)",
-                node.name_any(),
-                others.join(", "),
-                selecting[0].name_any()
-            ));
-        }
-    }
+    let Members {
+        labelled,
+        wanted,
+        contested,
+        failing,
+    } = members;
+    let wanted = *wanted;
     let in_place = labelled.len() == wanted;
 
     let ready = match (&resolved, membership::selector(pool)) {
@@ -207,7 +173,7 @@ pub fn desired_status(
     } else {
         let message = naming(
             format!("{} nodes selected by several pools", contested.len()),
-            &contested,
+            contested,
         );
         condition(CONFLICT, true, "NodeSelectedByOtherPools", message)
     };
@@ -215,9 +181,8 @@ pub fn desired_status(
     let overbooked: Vec<String> = labelled
         .iter()
         .filter_map(|node| {
-            let node = node.name_any();
-            let problem = problems.overbooked.get(&node)?;
-            Some(format!("{node} ({problem})"))
+            let problem = problems.overbooked.get(&node.name)?;
+            Some(format!("{} ({problem})", node.name))
         })
         .collect();
     let overbooked = if overbooked.is_empty() {
@@ -287,7 +252,7 @@ pub fn desired_status(
     );
 
     let node_count = u32::try_from(labelled.len()).unwrap_or(u32::MAX);
-    let allocated: Vec<u32> = labelled.iter().map(|n| allocated(&n.name_any())).collect();
+    let allocated: Vec<u32> = labelled.iter().map(|n| allocated(&n.name)).collect();
     GpuNodePoolStatus {
         observed_generation: generation,
         conditions,
@@ -301,10 +266,10 @@ pub fn desired_status(
             .zip(&allocated)
             .take(MAX_LISTED_NODES)
             .map(|(n, allocated)| PoolNodeStatus {
-                name: n.name_any(),
+                name: n.name.clone(),
                 gpus: gpus_per_node,
                 allocated_gpus: *allocated,
-                kwok: !has_kubelet(n),
+                kwok: n.kwok,
             })
             .collect(),
     }
@@ -326,8 +291,30 @@ pub fn conditions_by_type(status: Option<&GpuNodePoolStatus>) -> BTreeMap<String
 mod tests {
     use serde_json::json;
 
+    use std::sync::Arc;
+
+    use kube::ResourceExt;
+
     use super::*;
-    use crate::testing::{kwok_node as node, pool, time};
+    use crate::{
+        node::CachedNode,
+        pool::members::members,
+        testing::{kwok_node as node, pool, time},
+    };
+
+    /// The status from scratch: members computed from the nodes, then the status.
+    fn status_of(
+        pool: &GpuNodePool,
+        pools: &[Arc<GpuNodePool>],
+        nodes: &[Arc<CachedNode>],
+        foreign_classes: &[String],
+        problems: &NodeProblems,
+        allocated: impl Fn(&str) -> u32,
+        now: &Time,
+    ) -> GpuNodePoolStatus {
+        let members = members(pool, pools, nodes, &problems.failures);
+        desired_status(pool, &members, foreign_classes, problems, allocated, now)
+    }
 
     fn none(_: &str) -> u32 {
         0
@@ -356,7 +343,7 @@ mod tests {
             node("other", json!({})),
         ];
         let two_on_n2 = |node: &str| if node == "n2" { 2 } else { 0 };
-        let status = desired_status(
+        let status = status_of(
             &a,
             std::slice::from_ref(&a),
             &nodes,
@@ -391,7 +378,7 @@ mod tests {
     fn progressing_until_nodes_are_labelled() {
         let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
         let nodes = [node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"}))];
-        let status = desired_status(
+        let status = status_of(
             &a,
             std::slice::from_ref(&a),
             &nodes,
@@ -420,7 +407,7 @@ mod tests {
         };
         let alone = [Arc::clone(&a)];
         let status = |pools: &[Arc<GpuNodePool>], nodes: &[Arc<CachedNode>]| {
-            desired_status(
+            status_of(
                 &a,
                 pools,
                 nodes,
@@ -468,7 +455,7 @@ mod tests {
             "a new conflict is written at once"
         );
         // Pods taking GPUs on a ready pool: counts again.
-        let busy = desired_status(
+        let busy = status_of(
             &a,
             &alone,
             &[member("n1", true), member("n2", true), member("n3", true)],
@@ -486,7 +473,7 @@ mod tests {
     fn mock_pools_name_their_driver_root() {
         let status_of = |spec| {
             let p = pool("a", 1, spec);
-            desired_status(
+            status_of(
                 &p,
                 std::slice::from_ref(&p),
                 &[],
@@ -505,7 +492,7 @@ mod tests {
     #[test]
     fn unknown_profile_is_a_condition() {
         let a = pool("a", 1, json!({"gpu": {"profile": "future-gpu"}}));
-        let status = desired_status(
+        let status = status_of(
             &a,
             std::slice::from_ref(&a),
             &[],
@@ -531,7 +518,7 @@ mod tests {
         let pools = [old.clone(), young.clone()];
         let nodes = [node("n1", json!({"gpu": "yes", "fakegpu.dev/pool": "old"}))];
         for pool in [&old, &young] {
-            let status = desired_status(
+            let status = status_of(
                 pool,
                 &pools,
                 &nodes,
@@ -554,7 +541,7 @@ mod tests {
             );
         }
         // The young pool owns nothing and wants nothing: it is in place, not progressing.
-        let status = desired_status(
+        let status = status_of(
             &young,
             &pools,
             &nodes,
@@ -577,7 +564,7 @@ mod tests {
             json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
         );
         let pools = std::slice::from_ref(&dra);
-        let managed = desired_status(
+        let managed = status_of(
             &dra,
             pools,
             &[],
@@ -587,7 +574,7 @@ mod tests {
             &time(1),
         );
         assert_eq!(find(&managed, DEVICE_CLASS).status, "True");
-        let foreign = desired_status(
+        let foreign = status_of(
             &dra,
             pools,
             &[],
@@ -603,7 +590,7 @@ mod tests {
         );
         assert!(is_problem(condition));
         let plain = pool("p", 1, json!({"gpu": {"profile": "t4"}}));
-        let status = desired_status(
+        let status = status_of(
             &plain,
             std::slice::from_ref(&plain),
             &[],
@@ -631,7 +618,7 @@ mod tests {
             ..Default::default()
         };
         let status_with = |problems: &NodeProblems| {
-            desired_status(
+            status_of(
                 &a,
                 std::slice::from_ref(&a),
                 &nodes,
@@ -676,7 +663,7 @@ mod tests {
             // Not a node of this pool: not its problem.
             ("elsewhere".to_owned(), "denied".to_owned()),
         ]);
-        let status = desired_status(
+        let status = status_of(
             &a,
             std::slice::from_ref(&a),
             &nodes,
@@ -708,7 +695,7 @@ mod tests {
             "n1",
             json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
         )];
-        let first = desired_status(
+        let first = status_of(
             &a,
             &[Arc::new(a.clone())],
             &nodes,
@@ -718,7 +705,7 @@ mod tests {
             &time(100),
         );
         a.status = Some(first.clone());
-        let second = desired_status(
+        let second = status_of(
             &a,
             &[Arc::new(a.clone())],
             &nodes,
