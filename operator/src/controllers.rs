@@ -259,7 +259,10 @@ pub async fn run(
                 .map(ObjectRef::new)
         })
         .watches_shared_stream(
-            own_echoes_dropped(pods_for_nodes, ctx.recent.clone()),
+            own_echoes_dropped(
+                pod_changes(pods_for_nodes, pods.clone()),
+                ctx.recent.clone(),
+            ),
             |pod| {
                 pod.spec
                     .as_ref()
@@ -413,6 +416,36 @@ fn node_fingerprint(node: &CachedNode) -> u64 {
     ))
 }
 
+/// Pods whose cached content changed in what tracking reads. KWOK and the kubelet update a
+/// pod's status as it starts (phase, conditions, IPs, container states), each update
+/// reconciled its node again to find nothing to write: two of the three node reconciles of
+/// every GPU pod. Runs before [`own_echoes_dropped`], so that fakegpu's own write to a pod is
+/// what the next update is compared with.
+fn pod_changes(
+    pods: impl Stream<Item = Arc<Pod>>,
+    cache: Store<Pod>,
+) -> impl Stream<Item = Arc<Pod>> {
+    changes(pods, cache, pod_fingerprint)
+}
+
+/// What the controllers read of a (slimmed, see [`pods::slim`]) pod, hashed: of its phase
+/// only whether it finished (see [`tracking::is_active`]).
+fn pod_fingerprint(pod: &Pod) -> u64 {
+    let meta = &pod.metadata;
+    fingerprint(&(
+        &meta.labels,
+        &meta.annotations,
+        meta.deletion_timestamp.is_some(),
+        &meta.uid,
+        &meta.owner_references,
+        &pod.spec,
+        pod.status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref()),
+        tracking::is_active(pod),
+    ))
+}
+
 /// A mapper that sends any event to every pool. Pool statuses are pure to compute and written
 /// only when they differ, so looking at all of them again is cheap.
 fn to_every_pool<T>(pools: Store<GpuNodePool>) -> impl Fn(T) -> Vec<ObjectRef<GpuNodePool>> {
@@ -453,5 +486,44 @@ mod tests {
         assert_ne!(faults("0:xid=48"), faults("1:xid=48"));
         // A node with the TTL annotation and one without are the same to fakegpu.
         assert_eq!(at("0"), faults("0:xid=48"));
+    }
+
+    #[test]
+    fn a_pod_starting_is_no_pod_change_but_its_annotations_and_its_end_are() {
+        let pod =
+            |resource_version: &str, annotations: serde_json::Value, status: serde_json::Value| {
+                let mut pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                        "resourceVersion": resource_version, "annotations": annotations},
+                    "spec": {"nodeName": "n", "containers": [{"name": "main", "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                    "status": status,
+                }))
+                .expect("test pod");
+                pods::slim(&mut pod);
+                pod_fingerprint(&pod)
+            };
+        let bound = pod("1", json!({}), json!({"phase": "Pending"}));
+        let running = pod(
+            "2",
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.5",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "",
+                    "ready": true, "restartCount": 0, "state": {"running": {}}}]}),
+        );
+        assert_eq!(bound, running);
+        let annotated = pod(
+            "3",
+            json!({annotation::ASSIGNED_GPUS: "GPU-1"}),
+            json!({"phase": "Running"}),
+        );
+        assert_ne!(running, annotated);
+        let finished = pod(
+            "4",
+            json!({annotation::ASSIGNED_GPUS: "GPU-1"}),
+            json!({"phase": "Succeeded"}),
+        );
+        assert_ne!(annotated, finished);
     }
 }

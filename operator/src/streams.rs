@@ -183,14 +183,19 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     let mut seen: HashMap<String, u64> = HashMap::new();
+    // Namespaced objects of one name in two namespaces are two objects.
+    let key = |object: &K| match object.meta().namespace.as_deref() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    };
     objects.filter(move |object| {
         let gone = cache.get(&ObjectRef::from_obj(object.as_ref())).is_none();
         if gone {
-            seen.remove(&object.name_any());
+            seen.remove(&key(object));
             return future::ready(true);
         }
         let print = fingerprint(object);
-        future::ready(seen.insert(object.name_any(), print) != Some(print))
+        future::ready(seen.insert(key(object), print) != Some(print))
     })
 }
 
