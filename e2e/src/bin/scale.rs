@@ -193,9 +193,11 @@ const PROFILED: [&str; 5] = [
     "kube-scheduler",
 ];
 
-/// CPU seconds so far of each profiled control-plane process, the implementation and this
-/// driver.
-fn cpu_by_process(implementation: &Implementation) -> anyhow::Result<BTreeMap<&'static str, f64>> {
+/// CPU seconds so far of each profiled control-plane process, the implementation (while it
+/// runs) and this driver.
+fn cpu_by_process(
+    implementation: Option<&Implementation>,
+) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     let mut cpu = BTreeMap::new();
     for name in PROFILED {
         let pid: u32 = std::fs::read_to_string(cluster_dir().join(format!("run/{name}.pid")))
@@ -204,7 +206,9 @@ fn cpu_by_process(implementation: &Implementation) -> anyhow::Result<BTreeMap<&'
             .parse()?;
         cpu.insert(name, process_usage(pid)?.0);
     }
-    cpu.insert("implementation", implementation.usage()?.0);
+    if let Some(implementation) = implementation {
+        cpu.insert("implementation", implementation.usage()?.0);
+    }
     cpu.insert("driver", process_usage(std::process::id())?.0);
     Ok(cpu)
 }
@@ -444,6 +448,27 @@ async fn settle(implementation: &Implementation) -> anyhow::Result<(Duration, f6
     Ok((started.elapsed(), rate))
 }
 
+/// Runs `work` and says what each process of the cluster spent meanwhile (wall seconds first):
+/// where the cores went when GPU pods bind more slowly with the implementation running.
+async fn profiled<T>(
+    implementation: Option<&Implementation>,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<(T, String)> {
+    let before = cpu_by_process(implementation)?;
+    let start = Instant::now();
+    let result = work.await?;
+    let wall = start.elapsed();
+    let used = cpu_used(&before, cpu_by_process(implementation)?);
+    Ok((
+        result,
+        format!(
+            "({:.1} s wall) {}",
+            wall.as_secs_f64(),
+            per_process(&used, 1.0)
+        ),
+    ))
+}
+
 fn per_process(cpu: &BTreeMap<&'static str, f64>, scale: f64) -> String {
     cpu.iter()
         .map(|(name, used)| format!("{name} {:.2}", used / scale))
@@ -492,10 +517,10 @@ async fn main() -> anyhow::Result<()> {
 
     // What the cluster costs with no pool at all (KWOK's heartbeats and leases, the controllers'
     // resyncs): the floor under every number below.
-    let idle_before = cpu_by_process(&implementation)?;
+    let idle_before = cpu_by_process(Some(&implementation))?;
     let idle = Duration::from_secs(10);
     tokio::time::sleep(idle).await;
-    let idle_cpu = cpu_used(&idle_before, cpu_by_process(&implementation)?);
+    let idle_cpu = cpu_used(&idle_before, cpu_by_process(Some(&implementation))?);
     eprintln!(
         "CPU cores busy before any pool ({idle:.0?} idle): {}",
         per_process(&idle_cpu, idle.as_secs_f64())
@@ -505,7 +530,7 @@ async fn main() -> anyhow::Result<()> {
     let mut audit = AuditTail::from_now(&cluster_dir().join("logs/audit.log"))?;
     let mut first_pass = Writes::default();
     let (cpu_before, _) = implementation.usage()?;
-    let profile_before = cpu_by_process(&implementation)?;
+    let profile_before = cpu_by_process(Some(&implementation))?;
     let t0 = Instant::now();
     implementation.run(&["pools", &layout.to_string_lossy()])?;
     // hack/bench/scale.sh starts its profile of the API server on this line.
@@ -536,7 +561,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let converge = t0.elapsed();
     let (cpu_after, _) = implementation.usage()?;
-    let profile = cpu_used(&profile_before, cpu_by_process(&implementation)?);
+    let profile = cpu_used(&profile_before, cpu_by_process(Some(&implementation))?);
     let busy: f64 = profile.values().sum();
     eprintln!(
         "CPU seconds during convergence ({:.1} s wall, {:.1} CPU-s, {} cores): {}",
@@ -578,16 +603,26 @@ async fn main() -> anyhow::Result<()> {
     // reconcile each, finding nothing to write); the scheduler is measured beside it at rest.
     let (settling, rest_cores) = settle(&implementation).await?;
     let (pods_cpu_before, _) = implementation.usage()?;
-    let gpu_rate = schedule_pods(&client, args.pods, true, args.concurrency).await?;
+    let (gpu_rate, gpu_cpu) = profiled(
+        Some(&implementation),
+        schedule_pods(&client, args.pods, true, args.concurrency),
+    )
+    .await?;
     let pods_cpu = implementation.usage()?.0 - pods_cpu_before;
     eprintln!(
         "implementation settled {settling:.1?} after the resync's writes (then {rest_cores:.2} cores); {:.1} CPU-s while {} GPU pods were bound",
         pods_cpu, args.pods
     );
+    eprintln!("CPU seconds while GPU pods were bound: {gpu_cpu}");
     // The same again without the implementation at work (the nodes keep their GPUs): the
     // difference is what it costs the scheduler.
     implementation.run(&["stop"])?;
-    let gpu_rate_stopped = schedule_pods(&client, args.pods, true, args.concurrency).await?;
+    let (gpu_rate_stopped, stopped_cpu) = profiled(
+        None,
+        schedule_pods(&client, args.pods, true, args.concurrency),
+    )
+    .await?;
+    eprintln!("CPU seconds while GPU pods were bound, implementation stopped: {stopped_cpu}");
     let plain_rate = schedule_pods(&client, args.pods, false, args.concurrency).await?;
     for task in [node_task, cm_task, slice_task] {
         task.abort();
