@@ -301,23 +301,32 @@ mod tests {
         }
     }
 
+    /// `events` through a cache as `reflect` feeds one (the cache takes each event before it
+    /// is passed on), then through [`shared_touched`].
+    async fn touched<K>(events: Vec<Event<K>>) -> (Store<K>, Vec<Arc<K>>)
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (store, mut writer) = reflector::store::<K>();
+        let reflected = stream::iter(events).map(move |event| {
+            writer.apply_watcher_event(&event);
+            event
+        });
+        let touched = shared_touched(store.clone(), reflected).collect().await;
+        (store, touched)
+    }
+
     #[tokio::test]
     async fn touched_objects_are_the_caches_own_and_a_list_comes_whole() {
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        let events = vec![
+        let (store, touched) = touched(vec![
             Event::Init,
             Event::InitApply(cm("a")),
             Event::InitApply(cm("b")),
             Event::InitDone,
             Event::Apply(cm("c")),
             Event::Delete(cm("a")),
-        ];
-        // As `reflect` does: the cache takes each event before it is passed on.
-        let reflected = stream::iter(events).map(move |event| {
-            writer.apply_watcher_event(&event);
-            event
-        });
-        let touched: Vec<Arc<ConfigMap>> = shared_touched(store.clone(), reflected).collect().await;
+        ])
+        .await;
         let names: Vec<String> = touched.iter().map(|o| o.name_any()).collect();
         assert_eq!(names, ["a", "b", "c", "a"]);
         // "b" and "c" are the cache's own Arcs, not copies; the deleted "a" is its own.
@@ -336,8 +345,7 @@ mod tests {
 
     #[tokio::test]
     async fn objects_deleted_while_the_watch_was_away_are_passed_on_after_the_next_list() {
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        let events = vec![
+        let (store, touched) = touched(vec![
             Event::Init,
             Event::InitApply(cm("a")),
             Event::InitApply(cm("b")),
@@ -347,12 +355,8 @@ mod tests {
             Event::InitApply(cm("b")),
             Event::InitApply(cm("c")),
             Event::InitDone,
-        ];
-        let reflected = stream::iter(events).map(move |event| {
-            writer.apply_watcher_event(&event);
-            event
-        });
-        let touched: Vec<Arc<ConfigMap>> = shared_touched(store.clone(), reflected).collect().await;
+        ])
+        .await;
         let names: Vec<String> = touched.iter().map(|o| o.name_any()).collect();
         assert_eq!(names, ["a", "b", "b", "c", "a"]);
         // The deleted "a" is passed on as a deletion is: gone from the cache.
@@ -381,8 +385,9 @@ mod tests {
             );
             Cached::new(object)
         };
-        let (store, mut writer) = reflector::store::<Cached<ConfigMap>>();
-        let events = vec![
+        // The stream runs after the cache took each event: a "deleted" applied and then
+        // deleted is not in it any more when the first of the two is looked at.
+        let (store, touched) = touched(vec![
             // Written by fakegpu, as the cache holds it: an echo.
             Event::Apply(managed("ours", &["fakegpu"])),
             // Edited by a user since.
@@ -392,14 +397,8 @@ mod tests {
             Event::Delete(managed("deleted", &["fakegpu"])),
             // No managed fields at all (an API server that does not track them).
             Event::Apply(Cached::new(cm("untracked"))),
-        ];
-        let reflected = stream::iter(events).map(move |event| {
-            writer.apply_watcher_event(&event);
-            event
-        });
-        // The stream runs after the cache took each event: a "deleted" applied and then
-        // deleted is not in it any more when the first of the two is looked at.
-        let touched: Vec<_> = shared_touched(store.clone(), reflected).collect().await;
+        ])
+        .await;
         let passed: Vec<String> = others_changes(stream::iter(touched), store)
             .map(|o| o.name_any())
             .collect()
