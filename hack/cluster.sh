@@ -15,6 +15,17 @@
 # State (certificates, kubeconfig, logs, etcd data, pid files) lives in $FAKEGPU_CLUSTER_DIR,
 # default .cache/cluster in the repository (ignored by git). Ports can be moved with the
 # FAKEGPU_*_PORT variables below when something else holds them.
+#
+# KWOK renews each node's lease every quarter of its duration, four at a time: with kubelets'
+# 40 s it keeps up with a few thousand nodes here, not with 10 000 (about 250 renewals a second
+# against the 1 000 needed), and the node lifecycle controller then marks most of them NotReady
+# and taints them, over and over. FAKEGPU_KWOK_LEASE_SECONDS and FAKEGPU_NODE_MONITOR_GRACE
+# (kube-controller-manager's --node-monitor-grace-period) lengthen both for large clusters.
+# Every new node also carries the `node.kubernetes.io/not-ready` taint until the node lifecycle
+# controller takes it off, through kube-controller-manager's client (20 requests a second,
+# shared with the TTL controller's rewrites of every node as the cluster grows): 10 000 nodes
+# stayed unschedulable for many minutes. FAKEGPU_KCM_API_QPS raises that client's rate (burst
+# twice that) and FAKEGPU_KCM_CONTROLLERS chooses the controllers. hack/bench/scale.sh sets all.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +41,10 @@ apiserver_port=${FAKEGPU_APISERVER_PORT:-6443}
 kcm_port=${FAKEGPU_KCM_PORT:-10257}
 scheduler_port=${FAKEGPU_SCHEDULER_PORT:-10259}
 kwok_port=${FAKEGPU_KWOK_PORT:-10247}
+kwok_lease_seconds=${FAKEGPU_KWOK_LEASE_SECONDS:-40}
+node_monitor_grace=${FAKEGPU_NODE_MONITOR_GRACE:-}
+kcm_api_qps=${FAKEGPU_KCM_API_QPS:-}
+kcm_controllers=${FAKEGPU_KCM_CONTROLLERS:-*}
 # The one KWOK node `up` creates to prove KWOK works; pools get their own nodes.
 smoke_node=kwok-node-0
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
@@ -219,7 +234,9 @@ start_controllers() {
     --bind-address=127.0.0.1 --secure-port="$kcm_port" --leader-elect=false \
     --use-service-account-credentials=true \
     --root-ca-file="$dir/pki/ca.crt" --service-account-private-key-file="$dir/pki/sa.key" \
-    --controllers='*'
+    --controllers="$kcm_controllers" \
+    ${node_monitor_grace:+--node-monitor-grace-period="$node_monitor_grace"} \
+    ${kcm_api_qps:+--kube-api-qps="$kcm_api_qps" --kube-api-burst="$((kcm_api_qps * 2))"}
   start kube-scheduler kube-scheduler \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
     --bind-address=127.0.0.1 --secure-port="$scheduler_port" --leader-elect=false
@@ -231,7 +248,7 @@ start_kwok() {
   "$bin/kwok" default-stages >"$dir/kwok-stages.yaml"
   start kwok kwok --kubeconfig="$dir/admin.kubeconfig" --config="$dir/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-    --server-address="127.0.0.1:$kwok_port" --node-ip=127.0.0.1 --node-lease-duration-seconds=40
+    --server-address="127.0.0.1:$kwok_port" --node-ip=127.0.0.1 --node-lease-duration-seconds="$kwok_lease_seconds"
   proc_wait_for kwok 60 curl -sf "http://127.0.0.1:$kwok_port/healthz"
 }
 

@@ -38,6 +38,16 @@ export FAKEGPU_CLUSTER_DIR=$repo/.cache/bench/cluster
 export FAKEGPU_ETCD_PORT=22379 FAKEGPU_ETCD_PEER_PORT=22380 FAKEGPU_APISERVER_PORT=26443
 export FAKEGPU_KCM_PORT=30257 FAKEGPU_SCHEDULER_PORT=30259 FAKEGPU_KWOK_PORT=30247
 export FAKEGPU_HTTP_ADDR=127.0.0.1:38080
+# A cluster whose nodes stay schedulable (see hack/cluster.sh): leases KWOK can renew at 10 000
+# nodes (one every 5 minutes, 33 a second) and a node lifecycle controller that waits for them;
+# with kubelets' 40 s most nodes went NotReady and were tainted during every run, and the
+# renewals were most of the idle API server's work (1.1 cores, 0.4 without). New nodes'
+# not-ready taints taken off at 200 requests a second, not 20, and no TTL controller (its
+# annotation is for kubelets' caches; it rewrote 900-1 200 nodes a minute for whole runs).
+export FAKEGPU_KWOK_LEASE_SECONDS=${FAKEGPU_KWOK_LEASE_SECONDS:-1200}
+export FAKEGPU_NODE_MONITOR_GRACE=${FAKEGPU_NODE_MONITOR_GRACE:-10m}
+export FAKEGPU_KCM_API_QPS=${FAKEGPU_KCM_API_QPS:-200}
+export FAKEGPU_KCM_CONTROLLERS=${FAKEGPU_KCM_CONTROLLERS:-*,-ttl}
 results=$repo/.cache/bench/results.md
 mkdir -p "$(dirname "$results")"
 

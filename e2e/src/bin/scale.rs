@@ -308,14 +308,60 @@ fn initialized_allocatable(node: &Node) -> Option<&BTreeMap<String, Quantity>> {
         .filter(|a| a.contains_key("pods"))
 }
 
-/// How many benchmark nodes KWOK has given their status.
+/// How many benchmark nodes KWOK has given their status and are schedulable (Ready, the
+/// not-ready taint every new node starts with taken off).
 fn initialized(nodes: &Store<Node>) -> usize {
     nodes
         .state()
         .iter()
         .filter(|node| node.name_any().starts_with("scale-"))
-        .filter(|node| initialized_allocatable(node).is_some())
+        .filter(|node| initialized_allocatable(node).is_some() && !counted_out(node))
         .count()
+}
+
+/// Whether the node lifecycle controller counts a node out: Ready not True, or tainted
+/// not-ready (every new node, until the controller sees it Ready) or unreachable. While the API
+/// server is saturated KWOK renews few leases and nodes go NotReady (see hack/cluster.sh);
+/// GPU pods then bind only to the rest, and the scheduler filters through all of them.
+fn counted_out(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|all| all.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|all| {
+            all.iter().any(|t| {
+                t.key == "node.kubernetes.io/not-ready" || t.key == "node.kubernetes.io/unreachable"
+            })
+        });
+    !ready || tainted
+}
+
+/// How many benchmark nodes are [`counted_out`].
+fn not_ready(nodes: &Store<Node>) -> usize {
+    nodes
+        .state()
+        .iter()
+        .filter(|node| node.name_any().starts_with("scale-"))
+        .filter(|node| counted_out(node))
+        .count()
+}
+
+/// Waits (three minutes at most) until every benchmark node is Ready and untainted again, so
+/// that both GPU pod phases schedule onto the same healthy cluster: the first came right after
+/// convergence, with up to thousands of nodes still coming back, and the scheduler filtering
+/// through them. How long that took and how many were out at first.
+async fn until_nodes_ready(nodes: &Store<Node>) -> (Duration, usize) {
+    let start = Instant::now();
+    let first = not_ready(nodes);
+    while not_ready(nodes) > 0 && start.elapsed() < Duration::from_secs(180) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (start.elapsed(), first)
 }
 
 /// What convergence is checked against: any implementation's GPUs, and fakegpu's own objects.
@@ -513,7 +559,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let node_init = started.elapsed();
-    eprintln!("KWOK initialized the nodes {node_init:.1?} later");
+    eprintln!("KWOK initialized the nodes and they were Ready {node_init:.1?} later");
 
     // What the cluster costs with no pool at all (KWOK's heartbeats and leases, the controllers'
     // resyncs): the floor under every number below.
@@ -601,6 +647,11 @@ async fn main() -> anyhow::Result<()> {
 
     // A restarted implementation goes over every node again after its writes stop (fakegpu: a
     // reconcile each, finding nothing to write); the scheduler is measured beside it at rest.
+    let (recovered, out_after_resync) = until_nodes_ready(&watched.nodes).await;
+    eprintln!(
+        "nodes Ready {recovered:.1?} after the resync ({out_after_resync} were not; {} still are)",
+        not_ready(&watched.nodes)
+    );
     let (settling, rest_cores) = settle(&implementation).await?;
     let (pods_cpu_before, _) = implementation.usage()?;
     let (gpu_rate, gpu_cpu) = profiled(
@@ -617,6 +668,7 @@ async fn main() -> anyhow::Result<()> {
     // The same again without the implementation at work (the nodes keep their GPUs): the
     // difference is what it costs the scheduler.
     implementation.run(&["stop"])?;
+    until_nodes_ready(&watched.nodes).await;
     let (gpu_rate_stopped, stopped_cpu) = profiled(
         None,
         schedule_pods(&client, args.pods, true, args.concurrency),
@@ -651,6 +703,8 @@ async fn main() -> anyhow::Result<()> {
         ),
         ("first_pass_writes_by_kind", json!(first_pass.by_kind)),
         ("resync_writes", json!(resync.count)),
+        ("nodes_not_ready_after_resync", json!(out_after_resync)),
+        ("nodes_ready_after_resync_s", json!(recovered.as_secs_f64())),
         ("settled_after_resync_s", json!(settling.as_secs_f64())),
         ("implementation_cores_at_rest", json!(rest_cores)),
         ("implementation_cpu_s_during_gpu_pods", json!(pods_cpu)),
