@@ -40,8 +40,7 @@ export FAKEGPU_KCM_PORT=30257 FAKEGPU_SCHEDULER_PORT=30259 FAKEGPU_KWOK_PORT=302
 export FAKEGPU_HTTP_ADDR=127.0.0.1:38080
 # A cluster whose nodes stay schedulable (see hack/cluster.sh): leases KWOK can renew at 10 000
 # nodes (one every 5 minutes, 33 a second) and a node lifecycle controller that waits for them;
-# with kubelets' 40 s most nodes went NotReady and were tainted during every run, and the
-# renewals were most of the idle API server's work (1.1 cores, 0.4 without). New nodes'
+# with kubelets' 40 s most nodes went NotReady and were tainted during every run. New nodes'
 # not-ready taints taken off at 200 requests a second, not 20, and no TTL controller (its
 # annotation is for kubelets' caches; it rewrote 900-1 200 nodes a minute for whole runs).
 export FAKEGPU_KWOK_LEASE_SECONDS=${FAKEGPU_KWOK_LEASE_SECONDS:-1200}
