@@ -81,11 +81,16 @@ fn own_key_of<K: Resource<DynamicType = ()>>(
     namespace: Option<&str>,
     name: &str,
 ) -> (String, String) {
-    let name = match namespace {
+    (K::kind(&()).into_owned(), scoped_name(namespace, name))
+}
+
+/// `namespace/name`, or the name alone of a cluster-scoped object: one object among all of its
+/// kind (pods of one name in two namespaces are two pods).
+pub(crate) fn scoped_name(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
         Some(namespace) => format!("{namespace}/{name}"),
         None => name.to_owned(),
-    };
-    (K::kind(&()).into_owned(), name)
+    }
 }
 
 /// A fingerprint of a serialisable value: of a write's body here, of what the controllers read

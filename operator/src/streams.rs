@@ -23,7 +23,7 @@ use tracing::warn;
 use crate::{
     Context,
     cache::{Cached, Trim},
-    recent::RecentWrites,
+    recent::{RecentWrites, scoped_name},
     retry,
 };
 
@@ -183,11 +183,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     let mut seen: HashMap<String, u64> = HashMap::new();
-    // Namespaced objects of one name in two namespaces are two objects.
-    let key = |object: &K| match object.meta().namespace.as_deref() {
-        Some(namespace) => format!("{namespace}/{}", object.name_any()),
-        None => object.name_any(),
-    };
+    let key = |object: &K| scoped_name(object.meta().namespace.as_deref(), &object.name_any());
     objects.filter(move |object| {
         let gone = cache.get(&ObjectRef::from_obj(object.as_ref())).is_none();
         if gone {
