@@ -43,6 +43,11 @@ pub struct Members {
     pub failing: Vec<(String, String)>,
 }
 
+/// A cached node's name, borrowed.
+fn node_name(node: &CachedNode) -> &str {
+    node.meta().name.as_deref().unwrap_or_default()
+}
+
 /// The nodes of `pool` among `nodes`, with `pools` deciding who owns a node several pools
 /// select and `failures` the nodes whose last write failed. Pure.
 pub fn members(
@@ -52,12 +57,11 @@ pub fn members(
     failures: &BTreeMap<String, String>,
 ) -> Members {
     let name = pool.name_any();
-    let node_name = |node: &CachedNode| node.meta().name.clone().unwrap_or_default();
     let mut labelled: Vec<Member> = nodes
         .iter()
         .filter(|n| n.labels().get(POOL_LABEL) == Some(&name))
         .map(|n| Member {
-            name: node_name(n),
+            name: node_name(n).to_owned(),
             kwok: !has_kubelet(n),
         })
         .collect();
@@ -77,9 +81,11 @@ pub fn members(
         let selecting = selectors.selecting(node.labels());
         if selecting.first().is_some_and(|p| is_this_pool(p)) {
             members.wanted += 1;
-            let node = node_name(node);
-            if let Some(error) = failures.get(&node) {
-                members.failing.push((node, error.clone()));
+            // Looked up by reference: a scan asks for every wanted node, and few fail.
+            if let Some(error) = failures.get(node_name(node)) {
+                members
+                    .failing
+                    .push((node_name(node).to_owned(), error.clone()));
             }
         }
         if selecting.len() > 1 {
