@@ -36,7 +36,7 @@ use crate::{
     node::{self, CachedNode},
     pacer::Pacer,
     pods::{self, PodsByNode},
-    pool::{self, members::MembersCache},
+    pool::{self, members::MembersIndex},
     recent::{RecentWrites, fingerprint},
     streams::{
         LIST_PAGE_SIZE, cached, changes, confirm, fan_out, kept, log_errors, log_outcome, measured,
@@ -121,10 +121,10 @@ pub async fn run(
     .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
     let for_node_controller = node_changes(for_node_controller, nodes.clone());
-    let pool_members = Arc::new(MembersCache::default());
+    let pool_members = Arc::new(MembersIndex::default());
     let members_of_pools = pool_members.clone();
     let for_pool_controller = node_changes(for_pool_controller, nodes.clone())
-        .inspect(move |_| members_of_pools.node_changed());
+        .inspect(move |node| members_of_pools.node_changed(&node.name_any()));
     let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
         Api::namespaced(client.clone(), &namespace),

@@ -80,8 +80,8 @@ pub struct Context {
     pub pool_status_pacer: pacer::Pacer,
     /// Paces the writes of pool statuses that only count joining nodes or allocated GPUs.
     pub pool_counts_pacer: pacer::Pacer,
-    /// Each pool's nodes, kept until a node changes (see [`pool::members`]).
-    pub pool_members: Arc<pool::members::MembersCache>,
+    /// Each pool's nodes, updated node by node (see [`pool::members`]).
+    pub pool_members: Arc<pool::members::MembersIndex>,
     /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
     /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
     /// the nodes whose GPUs pods overbook.

@@ -64,9 +64,9 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let allocated = |node: &str| node::allocated_gpus(ctx, node);
     let problems = ctx.node_problems.lock().clone();
     let pools = ctx.caches.pools.state();
-    let members = ctx.pool_members.get(&name, &pools, &problems.failures, || {
-        members::members(pool, &pools, &ctx.caches.nodes.state(), &problems.failures)
-    });
+    let members = ctx
+        .pool_members
+        .get(&name, &pools, &problems.failures, &ctx.caches.nodes);
     let desired = status::desired_status(pool, &members, &foreign, &problems, allocated, &now);
     // Node failures and their retries reach no pool by a watch event: a pool that is not
     // ready looks again in a while.
@@ -114,7 +114,6 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     info!(pool = %name, "pool deleted: releasing its nodes");
     ctx.pool_status_pacer.forget(&name);
     ctx.pool_counts_pacer.forget(&name);
-    ctx.pool_members.forget(&name);
     for node in ctx.caches.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
             // A node whose pods still hold claims is looked at again by the node controller.

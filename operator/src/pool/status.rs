@@ -298,7 +298,7 @@ mod tests {
     use super::*;
     use crate::{
         node::CachedNode,
-        pool::members::members,
+        pool::members::MembersIndex,
         testing::{kwok_node as node, pool, time},
     };
 
@@ -312,7 +312,8 @@ mod tests {
         allocated: impl Fn(&str) -> u32,
         now: &Time,
     ) -> GpuNodePoolStatus {
-        let members = members(pool, pools, nodes, &problems.failures);
+        let members =
+            MembersIndex::default().get(&pool.name_any(), pools, &problems.failures, nodes);
         desired_status(pool, &members, foreign_classes, problems, allocated, now)
     }
 
