@@ -14,7 +14,7 @@ use std::{collections::BTreeSet, sync::LazyLock, time::Instant};
 use fakegpu_api::names::{FIELD_MANAGER, metric};
 use kube::{
     Api, Resource,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams},
 };
 use prometheus::{IntCounterVec, Opts};
 use serde::{Serialize, de::DeserializeOwned};
@@ -93,19 +93,50 @@ where
         .await?)
 }
 
+/// What fakegpu asks the API server to answer a write with: the object's metadata, which is
+/// all it reads of the answer (the resourceVersion, see [`once`]). The whole object, encoded
+/// by the API server and decoded here, is 2-8 KB for each node, topology ConfigMap and
+/// ResourceSlice written.
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// Sends a write built for `api` and reads the metadata of the object it answers with.
+async fn metadata_answer<K>(
+    api: &Api<K>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<PartialObjectMeta<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    request.headers_mut().insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(METADATA_ONLY),
+    );
+    Ok(api.clone().into_client().request(request).await?)
+}
+
+/// Requests to `api`'s resource.
+fn request_for<K: Resource>(api: &Api<K>) -> kube::core::Request {
+    kube::core::Request::new(api.resource_url())
+}
+
 /// Strategic-merge-patches the status subresource as [`FIELD_MANAGER`]. The API server decodes
 /// the JSON body directly and records the fields it changes as fakegpu's; an apply of the same
 /// body (parsed as YAML, then merged field by field) cost it half as much again: 0.87-0.97
 /// against 0.61-0.68 ms of CPU per fresh KWOK node above its idle floor
-/// (`hack/bench/node-writes.sh`, README: Scale).
-pub async fn patch_status<K>(api: &Api<K>, name: &str, patch: &serde_json::Value) -> Result<K>
+/// (`hack/bench/node-writes.sh`, README: Scale). Answered with the object's metadata.
+pub async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<PartialObjectMeta<K>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     count::<K>("patch-status");
-    Ok(api
-        .patch_status(name, &patch_params(), &Patch::Strategic(patch))
-        .await?)
+    let patch = Patch::Strategic(patch);
+    let request = request_for(api).patch_subresource("status", name, &patch_params(), &patch);
+    metadata_answer(api, request).await
 }
 
 /// Writes an object fakegpu alone owns, whole: creates it, or (`exists`, or a create that
@@ -113,8 +144,13 @@ where
 /// JSON body directly, where an apply's is parsed as YAML and merged field by field with the
 /// stored object: at 3 000 nodes handling applies took 41 % of its samples while the pools
 /// converged, 21 % once these two kinds were created instead (README, Scale). The object must
-/// carry no resourceVersion.
-pub async fn replace<K>(api: &Api<K>, name: &str, object: &K, exists: bool) -> Result<K>
+/// carry no resourceVersion. Answered with its metadata.
+pub async fn replace<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &K,
+    exists: bool,
+) -> Result<PartialObjectMeta<K>>
 where
     K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
@@ -122,21 +158,24 @@ where
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..Default::default()
     };
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let create = || request_for(api).create(&params, body.clone());
     if !exists {
         count::<K>("create");
-        match api.create(&params, object).await {
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            written => return Ok(written?),
+        match metadata_answer(api, create()).await {
+            Err(crate::Error::Kube(kube::Error::Api(status))) if status.code == 409 => {}
+            written => return written,
         }
     }
     count::<K>("replace");
-    match api.replace(name, &params, object).await {
+    let replace = request_for(api).replace(name, &params, body.clone());
+    match metadata_answer(api, replace).await {
         // Deleted since the cache saw it.
-        Err(kube::Error::Api(status)) if status.code == 404 => {
+        Err(crate::Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
             count::<K>("create");
-            Ok(api.create(&params, object).await?)
+            metadata_answer(api, create()).await
         }
-        written => Ok(written?),
+        written => written,
     }
 }
 
@@ -311,10 +350,13 @@ mod tests {
     use axum::{
         body::Bytes,
         extract::State,
-        http::{HeaderMap, Method, StatusCode, Uri, header::CONTENT_TYPE},
+        http::{
+            HeaderMap, Method, StatusCode, Uri,
+            header::{ACCEPT, CONTENT_TYPE},
+        },
         response::IntoResponse,
     };
-    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
     use serde_json::json;
 
     use super::*;
@@ -326,6 +368,7 @@ mod tests {
         path: String,
         query: String,
         content_type: String,
+        accept: String,
         body: serde_json::Value,
     }
 
@@ -345,15 +388,19 @@ mod tests {
         body: Bytes,
     ) -> impl IntoResponse {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let header = |name| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
         server.seen.lock().unwrap().push(Request {
             method,
             path: uri.path().to_owned(),
             query: uri.query().unwrap_or_default().to_owned(),
-            content_type: headers
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned(),
+            content_type: header(CONTENT_TYPE),
+            accept: header(ACCEPT),
             body: body.clone(),
         });
         let code = server.answers.lock().unwrap().pop_front().unwrap_or(500);
@@ -404,7 +451,10 @@ mod tests {
         (written, seen)
     }
 
-    async fn replace_against(answers: &[u16], exists: bool) -> (Result<ConfigMap>, Vec<Request>) {
+    async fn replace_against(
+        answers: &[u16],
+        exists: bool,
+    ) -> (Result<PartialObjectMeta<ConfigMap>>, Vec<Request>) {
         against(answers, |client| async move {
             let api: Api<ConfigMap> = Api::namespaced(client, "fakegpu-system");
             let object: ConfigMap = serde_json::from_value(json!({
@@ -472,6 +522,7 @@ mod tests {
                     "{case}: {request:?}"
                 );
                 assert_eq!(request.content_type, "application/json", "{case}");
+                assert_eq!(request.accept, METADATA_ONLY, "{case}");
                 assert!(
                     request.body["metadata"]["resourceVersion"].is_null(),
                     "{case}: an unconditional write"
@@ -485,6 +536,40 @@ mod tests {
         let (written, seen) = replace_against(&[403], true).await;
         assert!(matches!(written, Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 403));
         assert_eq!(seen.len(), 1, "a refused write is not retried as a create");
+    }
+
+    #[tokio::test]
+    async fn a_node_status_patch_is_strategic_and_answered_with_metadata() {
+        let patch = json!({"status": {"capacity": {"nvidia.com/gpu": "8"}}});
+        let (written, seen) = against(&[200], |client| {
+            let patch = patch.clone();
+            async move {
+                let nodes: Api<Node> = Api::all(client);
+                patch_status(&nodes, "n1", &patch).await
+            }
+        })
+        .await;
+        assert_eq!(
+            written.unwrap().metadata.resource_version.as_deref(),
+            Some("7")
+        );
+        let [request] = seen.as_slice() else {
+            panic!("one request expected: {seen:?}");
+        };
+        assert_eq!(
+            (request.method.clone(), request.path.as_str()),
+            (Method::PATCH, "/api/v1/nodes/n1/status")
+        );
+        assert!(
+            request.query.contains("fieldManager=fakegpu"),
+            "{request:?}"
+        );
+        assert_eq!(
+            request.content_type,
+            "application/strategic-merge-patch+json"
+        );
+        assert_eq!(request.accept, METADATA_ONLY);
+        assert_eq!(request.body, patch);
     }
 
     #[tokio::test]
