@@ -12,6 +12,7 @@ use std::{
 };
 
 use anyhow::Context;
+use k8s_openapi::jiff::Timestamp;
 
 /// One write request an implementation under test made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,8 @@ pub struct Write {
     pub subresource: Option<String>,
     /// The request body's size as the audit log records it (compact JSON).
     pub body_bytes: usize,
+    /// When the API server answered it.
+    pub completed: Option<Timestamp>,
 }
 
 impl Write {
@@ -81,6 +84,7 @@ pub fn implementation_write(line: &str) -> Option<Write> {
         name: object.name.unwrap_or_default(),
         subresource: object.subresource,
         body_bytes: entry.request_object.map_or(0, |body| body.get().len()),
+        completed: entry.stage_timestamp.and_then(|t| t.parse().ok()),
     })
 }
 
@@ -96,6 +100,8 @@ struct Entry {
     object_ref: Option<AuditObject>,
     /// As the API server logged it: compact JSON, so its length is the body's.
     request_object: Option<Box<serde_json::value::RawValue>>,
+    /// RFC 3339 with microseconds.
+    stage_timestamp: Option<String>,
 }
 
 #[derive(Default, serde::Deserialize)]
@@ -189,6 +195,7 @@ mod tests {
             "stage": "ResponseComplete", "verb": "patch",
             "user": {"username": user, "groups": groups},
             "objectRef": {"resource": resource, "name": "n1", "subresource": "status"},
+            "stageTimestamp": "2026-12-06T05:13:23.382705Z",
         });
         if let Some(body) = body {
             entry["requestObject"] = serde_json::from_str(body).unwrap();
@@ -215,6 +222,10 @@ mod tests {
         assert_eq!(write.resource, "nodes");
         assert_eq!(write.subresource.as_deref(), Some("status"));
         assert_eq!(write.body_bytes, r#"{"a":1}"#.len());
+        assert_eq!(
+            write.completed.map(|t| t.as_microsecond()),
+            Some(1_796_534_003_382_705)
+        );
         assert_eq!(write.kind(), "patch nodes/status");
         assert_eq!(write.target(), "patch nodes/n1/status");
 

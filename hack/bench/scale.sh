@@ -15,6 +15,14 @@
 # each must do). Its writes are counted in the API server's audit log (service accounts
 # outside kube-system), so both implementations are measured the same way.
 #
+# An older fakegpu side by side: build it in a worktree (git worktree add /tmp/old <rev>; cargo
+# build --release -p fakegpu-operator there) and give it an adapter named fakegpu-<rev>.sh (the
+# driver holds any fakegpu-* to fakegpu's convergence check) that exports
+# FAKEGPU_OPERATOR_BIN=/tmp/old/target/release/fakegpu-operator and
+# FAKEGPU_BIN_DIR=<this checkout>/target/hack-bin, then runs
+# /tmp/old/hack/bench/impl/fakegpu.sh "$@"; then
+#   hack/bench/scale.sh --compare /tmp/fakegpu-<rev>.sh 10000
+#
 # With FAKEGPU_BENCH_PROFILE_SECS, kube-apiserver's CPU is profiled (its /debug/pprof, as
 # admin) for that many seconds from the moment the pools are applied; the profile lands in
 # .cache/bench/apiserver-<impl>-<nodes>.pprof (`go tool pprof -top` it; the summary is printed).
@@ -102,7 +110,7 @@ for n in "${sizes[@]}"; do
     cp "$FAKEGPU_CLUSTER_DIR/driver.log" "$repo/.cache/bench/logs/driver-$name-$n.log"
     cp "$FAKEGPU_CLUSTER_DIR/logs/operator.log" "$repo/.cache/bench/logs/operator-$name-$n.log" 2>/dev/null || true
     head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
-    profiles+=("$name, $n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
+    profiles+=("$name, $n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true); $(grep -o 'per-node writes done [0-9.]* s' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
     wait
     if [[ -s $profile ]]; then
       echo "==> kube-apiserver CPU profile, $name, $n nodes ($profile)" >&2
