@@ -65,6 +65,8 @@ impl Nodes for Store<CachedNode> {
     }
 }
 
+/// A test's nodes.
+#[cfg(test)]
 impl Nodes for [Arc<CachedNode>] {
     fn all(&self) -> Vec<Arc<CachedNode>> {
         self.to_vec()
@@ -293,22 +295,26 @@ impl MembersIndex {
         nodes: &(impl Nodes + ?Sized),
     ) -> Arc<Members> {
         let key = pools_key(pools);
-        let selectors = Selectors::new(pools);
         let mut index = self.index.lock();
         // Taken under the index's lock, and before the cache is read: a change the cache shows
         // after this is named again, one it showed before is read below. A concurrent caller
         // waits for the lock and then finds the index with these changes in.
         let changed = std::mem::take(&mut *self.changed.lock());
+        // Selectors are parsed only when a node is to be read: most lookups (a GPU pod's
+        // ConfigMap update, a pool's paced retry) find nothing changed.
         match index.as_mut() {
             Some(current) if current.pools == key => {
-                for node in changed {
-                    let entry = nodes
-                        .named(&node)
-                        .and_then(|node| Entry::of(&node, &selectors));
-                    current.set(&node, entry);
+                if !changed.is_empty() {
+                    let selectors = Selectors::new(pools);
+                    for node in changed {
+                        let entry = nodes
+                            .named(&node)
+                            .and_then(|node| Entry::of(&node, &selectors));
+                        current.set(&node, entry);
+                    }
                 }
             }
-            _ => *index = Some(Index::build(key, &nodes.all(), &selectors)),
+            _ => *index = Some(Index::build(key, &nodes.all(), &Selectors::new(pools))),
         }
         index
             .as_mut()

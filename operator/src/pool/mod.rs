@@ -54,7 +54,7 @@ pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Acti
 /// Everything one live pool needs: the DeviceClasses of DRA pools, then its status.
 async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     deviceclass::ensure(ctx).await?;
-    // Computing a status reads every node; while nodes join, events come by the thousand.
+    // While nodes join, events come by the thousand; each status reads every node of the pool.
     let name = pool.name_any();
     if let Some(wait) = ctx.pool_status_pacer.admit(&name, Instant::now()) {
         return Ok(Action::requeue(wait));
