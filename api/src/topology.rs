@@ -255,6 +255,11 @@ pub enum TopologyError {
 }
 
 impl NodeTopology {
+    /// The name of `node`'s topology ConfigMap (`topology-<node>`, the reference's).
+    pub fn configmap_name(node: &str) -> String {
+        format!("{}{node}", crate::names::topology::CONFIGMAP_PREFIX)
+    }
+
     /// The CUDA version as NVML and the CUDA driver API give it: `12.4` -> 12040 (major * 1000 +
     /// minor * 10); 0 for one that does not parse.
     pub fn cuda_driver_version(&self) -> i32 {

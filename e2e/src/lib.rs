@@ -474,11 +474,10 @@ pub async fn topology_of(
         fakegpu_api::topology::NodeTopology,
     )>,
 > {
-    use fakegpu_api::names::topology as names;
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let Some(cm) = configmaps
-        .get_opt(&format!("{}{node}", names::CONFIGMAP_PREFIX))
+        .get_opt(&fakegpu_api::topology::NodeTopology::configmap_name(node))
         .await?
     else {
         return Ok(None);

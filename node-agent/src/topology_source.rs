@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use fakegpu_api::{names::topology::CONFIGMAP_PREFIX, topology::NodeTopology};
+use fakegpu_api::topology::NodeTopology;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -30,7 +30,7 @@ pub async fn follow(
     metrics: Metrics,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let name = format!("{CONFIGMAP_PREFIX}{node}");
+    let name = NodeTopology::configmap_name(node);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let events = watcher(api, config).default_backoff();
     futures::pin_mut!(events);

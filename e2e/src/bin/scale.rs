@@ -27,10 +27,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use fakegpu_api::{
-    names::{label, topology as topology_names},
-    profiles::profile,
-};
+use fakegpu_api::{names::label, profiles::profile, topology::NodeTopology};
 use fakegpu_e2e::{
     admin_client, audit::AuditTail, cluster_dir, create_namespace, install_crds, process_usage,
     repo_root,
@@ -432,8 +429,7 @@ impl Convergence {
                 let labelled =
                     node.labels().get("fakegpu.dev/pool") == Some(&self.pool_names[pool]);
                 let configmap =
-                    ObjectRef::new(&format!("{}{name}", topology_names::CONFIGMAP_PREFIX))
-                        .within(namespace);
+                    ObjectRef::new(&NodeTopology::configmap_name(&name)).within(namespace);
                 if !labelled || watched.configmaps.get(&configmap).is_none() {
                     continue;
                 }

@@ -88,7 +88,7 @@ async fn write_documents(nodes: usize) -> anyhow::Result<()> {
                 let node = format!("scrape-node-{i:05}");
                 let configmap = ConfigMap {
                     metadata: ObjectMeta {
-                        name: Some(format!("{}{node}", names::CONFIGMAP_PREFIX)),
+                        name: Some(NodeTopology::configmap_name(&node)),
                         labels: Some(BTreeMap::from([
                             (names::NODE_TOPOLOGY_LABEL.to_owned(), "true".to_owned()),
                             (names::NODE_NAME_LABEL.to_owned(), node.clone()),

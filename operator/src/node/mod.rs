@@ -250,7 +250,7 @@ const NODE_PATCH_ATTEMPTS: usize = 3;
 fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<Cached<ConfigMap>>> {
     ctx.caches
         .configmaps
-        .get(&ObjectRef::new(&topology::configmap_name(node)).within(&ctx.namespace))
+        .get(&ObjectRef::new(&NodeTopology::configmap_name(node)).within(&ctx.namespace))
 }
 
 /// GPUs of `node` that pods hold, as pod tracking last recorded it.
@@ -652,7 +652,7 @@ async fn ensure_topology(
         return Ok(());
     }
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let cm_name = topology::configmap_name(&name);
+    let cm_name = NodeTopology::configmap_name(&name);
     if apply::replace_once(&ctx.recent, &configmaps, &cm_name, &desired, exists).await? {
         info!(node = %name, pool = %pool.name_any(), allocated, "wrote topology ConfigMap");
     }
@@ -690,7 +690,12 @@ pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");
         let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-        apply::delete_once(&ctx.recent, &configmaps, &topology::configmap_name(&name)).await?;
+        apply::delete_once(
+            &ctx.recent,
+            &configmaps,
+            &NodeTopology::configmap_name(&name),
+        )
+        .await?;
     }
     Ok(!lingering.is_empty())
 }

@@ -21,11 +21,6 @@ use crate::{
     cache::{Cached, Digest, Trim, same_content},
 };
 
-/// Name of a node's topology ConfigMap.
-pub fn configmap_name(node: &str) -> String {
-    format!("{}{node}", names::CONFIGMAP_PREFIX)
-}
-
 /// NUMA zone of each GPU index: `gpusPerZone` when given, else an even spread with the first
 /// zones taking one more (the reference's rule). Zones are filled in index order.
 pub fn numa_zones(numa: &NumaSpec, gpus: u32) -> Vec<u32> {
@@ -163,7 +158,7 @@ pub fn desired_configmap(
     ]);
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(configmap_name(&name)),
+            name: Some(NodeTopology::configmap_name(&name)),
             namespace: Some(namespace.to_owned()),
             labels: Some(labels),
             annotations: Some(BTreeMap::from([(
