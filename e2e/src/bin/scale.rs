@@ -320,11 +320,17 @@ fn initialized_allocatable(node: &Node) -> Option<&BTreeMap<String, Quantity>> {
 /// How many benchmark nodes KWOK has given their status and are schedulable (Ready, the
 /// not-ready taint every new node starts with taken off).
 fn initialized(nodes: &Store<Node>) -> usize {
+    count_bench_nodes(nodes, |node| {
+        initialized_allocatable(node).is_some() && !counted_out(node)
+    })
+}
+
+/// How many of the benchmark's own nodes (not a smoke node) `matches`.
+fn count_bench_nodes(nodes: &Store<Node>, matches: impl Fn(&Node) -> bool) -> usize {
     nodes
         .state()
         .iter()
-        .filter(|node| node.name_any().starts_with("scale-"))
-        .filter(|node| initialized_allocatable(node).is_some() && !counted_out(node))
+        .filter(|node| node.name_any().starts_with("scale-") && matches(node))
         .count()
 }
 
@@ -352,12 +358,7 @@ fn counted_out(node: &Node) -> bool {
 
 /// How many benchmark nodes are [`counted_out`].
 fn not_ready(nodes: &Store<Node>) -> usize {
-    nodes
-        .state()
-        .iter()
-        .filter(|node| node.name_any().starts_with("scale-"))
-        .filter(|node| counted_out(node))
-        .count()
+    count_bench_nodes(nodes, counted_out)
 }
 
 /// Waits (three minutes at most) until every benchmark node is Ready and untainted again, so
