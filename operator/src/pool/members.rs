@@ -162,14 +162,14 @@ impl Index {
         if old == entry {
             return;
         }
-        for (entry, sign) in [(old, false), (entry, true)] {
+        for (entry, adding) in [(old, false), (entry, true)] {
             let Some(entry) = entry else { continue };
             for pool in entry.pools() {
                 self.by_pool.entry(pool.to_owned()).or_default().built = None;
             }
             if let Some(pool) = &entry.labelled {
                 let sums = self.by_pool.entry(pool.clone()).or_default();
-                if sign {
+                if adding {
                     sums.labelled.insert(node.to_owned(), entry.kwok);
                 } else {
                     sums.labelled.remove(node);
@@ -177,7 +177,7 @@ impl Index {
             }
             if let Some(owner) = entry.owner() {
                 let sums = self.by_pool.entry(owner.to_owned()).or_default();
-                sums.wanted = if sign {
+                sums.wanted = if adding {
                     sums.wanted + 1
                 } else {
                     sums.wanted.saturating_sub(1)
@@ -186,7 +186,7 @@ impl Index {
             if entry.selecting.len() > 1 {
                 for pool in &entry.selecting {
                     let sums = self.by_pool.entry(pool.clone()).or_default();
-                    if sign {
+                    if adding {
                         sums.contested.insert(node.to_owned());
                     } else {
                         sums.contested.remove(node);
