@@ -13,10 +13,8 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
-export FAKEGPU_CLUSTER_DIR=$repo/.cache/bench/cluster
-export FAKEGPU_ETCD_PORT=22379 FAKEGPU_ETCD_PEER_PORT=22380 FAKEGPU_APISERVER_PORT=26443
-export FAKEGPU_KCM_PORT=30257 FAKEGPU_SCHEDULER_PORT=30259 FAKEGPU_KWOK_PORT=30247
-export FAKEGPU_HTTP_ADDR=127.0.0.1:30080
+# shellcheck source=hack/lib/bench-cluster.sh
+source "$repo/hack/lib/bench-cluster.sh"
 kubectl=$repo/target/hack-bin/kubectl
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 

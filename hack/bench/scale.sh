@@ -42,12 +42,8 @@ sizes=("$@")
 pools=${FAKEGPU_BENCH_POOLS:-4}
 pods=${FAKEGPU_BENCH_PODS:-500}
 
-export FAKEGPU_CLUSTER_DIR=$repo/.cache/bench/cluster
-export FAKEGPU_ETCD_PORT=22379 FAKEGPU_ETCD_PEER_PORT=22380 FAKEGPU_APISERVER_PORT=26443
-export FAKEGPU_KCM_PORT=30257 FAKEGPU_SCHEDULER_PORT=30259 FAKEGPU_KWOK_PORT=30247
-# Below Linux's ephemeral ports (32768-60999): the operator failed to bind 38080 while the API
-# server's closed connection to etcd from that port waited out TIME-WAIT.
-export FAKEGPU_HTTP_ADDR=127.0.0.1:30080
+# shellcheck source=hack/lib/bench-cluster.sh
+source "$repo/hack/lib/bench-cluster.sh"
 # A cluster whose nodes stay schedulable (see hack/cluster.sh): leases KWOK can renew at 10 000
 # nodes (one every 5 minutes, 33 a second) and a node lifecycle controller that waits for them;
 # with kubelets' 40 s most nodes went NotReady and were tainted during every run. New nodes'
