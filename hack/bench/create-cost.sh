@@ -19,7 +19,8 @@ kubectl=$repo/target/hack-bin/kubectl
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 
 hack/cluster.sh build
-cargo build --quiet --release -p fakegpu-operator --bin fakegpu-operator
+# The packages scale.sh builds, so both share one operator build (features unify by package).
+cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator
 go -C hack/bench/create-cost build -o "$repo/target/hack-bin/create-cost" .
 hack/cluster.sh down >/dev/null 2>&1 || true
 rm -rf "$FAKEGPU_CLUSTER_DIR"
