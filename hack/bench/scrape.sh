@@ -5,6 +5,8 @@
 #
 #   hack/bench/scrape.sh [NODES ...]        default: 1000
 #   FAKEGPU_BENCH_SCRAPES=100 hack/bench/scrape.sh 1000 5000
+#   FAKEGPU_EXPORTER_BIN=target/x86_64-unknown-linux-musl/release/fakegpu-exporter \
+#     hack/bench/scrape.sh 5000                # another build of the exporter (the image's)
 #
 # Not a test: nothing is asserted. Results land in .cache/bench/scrape.md as well.
 set -euo pipefail

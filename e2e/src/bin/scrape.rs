@@ -168,15 +168,18 @@ async fn main() -> anyhow::Result<()> {
             .local_addr()?
             .port()
     );
+    // Another build of the exporter (the image's musl binary, an older commit) side by side.
+    let binary = std::env::var_os("FAKEGPU_EXPORTER_BIN")
+        .map_or_else(|| root.join("target/release/fakegpu-exporter"), Into::into);
     let exporter = Exporter(
-        Command::new(root.join("target/release/fakegpu-exporter"))
+        Command::new(&binary)
             .env("KUBECONFIG", kubeconfig)
             .env("FAKEGPU_NAMESPACE", NAMESPACE)
             .env("FAKEGPU_EXPORTER_ADDR", &address)
             .env("FAKEGPU_UTILIZATION_INTERVAL_SECONDS", "1")
             .stdout(Stdio::null())
             .spawn()
-            .context("target/release/fakegpu-exporter")?,
+            .with_context(|| binary.display().to_string())?,
     );
     let want = nodes * GPUS as usize;
     let prefix = format!("{}{{", dcgm::GPU_UTIL);
