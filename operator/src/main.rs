@@ -21,13 +21,13 @@ use fakegpu_operator::{
 };
 use fakegpu_runtime::{env_or, exit, init_tracing};
 
-/// The image's binary is static musl, whose own malloc made the operator spend twice the CPU of
+/// The image's binary is static musl, whose own malloc made the operator spend 1.8 times the CPU of
 /// the same code built for glibc. At 10 000 KWOK nodes in 20 pools (hack/bench/scale.sh,
-/// 2026-12-06) the musl operator used 48.4 CPU-s while the nodes converged, 21 % of all the CPU
-/// on the machine, and the scheduler bound GPU pods at 23 a second against 29 with the operator
-/// stopped. With mimalloc: 26.5 CPU-s (12 %, as the glibc build's), 29 pods a second, and a peak
-/// of 134 MiB against 128. Glibc builds (the benchmarks', the tests') keep glibc's allocator:
-/// there mimalloc saved no CPU and raised the peak from 126 to 133 MiB.
+/// 2026-12-06) the musl operator used 48.4 CPU-s while the nodes converged, 21 % of all the CPU on
+/// the machine, and the scheduler bound GPU pods at 23 a second against 29 with the operator
+/// stopped. With mimalloc: 26.5 CPU-s (12 %, as the glibc build's), 29 pods a second, and a peak of
+/// 134 MiB against 128. Glibc builds (the benchmarks', the tests') keep glibc's allocator: there
+/// mimalloc saved no CPU and raised the peak from 126 to 133 MiB.
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
