@@ -463,6 +463,9 @@ pub mod dcgm {
     pub const MIG_LABELS: [&str; 2] = ["GPU_I_PROFILE", "GPU_I_ID"];
     /// The port dcgm-exporter listens on.
     pub const PORT: u16 = 9400;
+    /// The media type of the exporter's `/metrics`: Prometheus's text format, version 0.0.4,
+    /// the header by which Prometheus 3 picks its parser.
+    pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 }
 
 /// The per-node topology ConfigMap, kept readable by tools written for the reference's

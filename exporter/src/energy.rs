@@ -28,16 +28,21 @@ impl Energy {
     /// GPU `gpu`'s energy in mJ up to `now`, from here on drawing `power` W.
     pub fn read(&self, gpu: &str, power: f64, now: Instant) -> f64 {
         let mut meters = self.meters.lock();
-        let meter = meters.entry(gpu.to_owned()).or_insert(Meter {
+        // Looked up by `&str` first: `entry` would copy the UUID on every scrape of every GPU.
+        if let Some(meter) = meters.get_mut(gpu) {
+            let seconds = now.saturating_duration_since(meter.at).as_secs_f64();
+            meter.total += meter.power * seconds * 1000.0;
+            meter.at = now;
+            meter.power = power;
+            return meter.total;
+        }
+        let meter = Meter {
             at: now,
             power,
             total: 0.0,
-        });
-        let seconds = now.saturating_duration_since(meter.at).as_secs_f64();
-        meter.total += meter.power * seconds * 1000.0;
-        meter.at = now;
-        meter.power = power;
-        meter.total
+        };
+        meters.insert(gpu.to_owned(), meter);
+        0.0
     }
 
     /// Forgets the GPUs not in `live` (their nodes left).

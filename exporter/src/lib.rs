@@ -8,8 +8,10 @@
 //! - [`energy`]: each GPU's power integrated into its energy counter;
 //! - [`fields`]: the DCGM fields served, and what each reads of a sample;
 //! - [`xids`]: each GPU's XIDs in the trailing window;
-//! - [`render`]: documents and draws into samples (pure), samples into the text format.
+//! - [`render`]: documents and draws into samples (pure), samples into the text format;
+//! - [`bodies`]: the buffer a scrape's body is written into, kept for the next scrape.
 
+pub mod bodies;
 pub mod documents;
 pub mod draws;
 pub mod energy;

@@ -34,6 +34,7 @@ use fakegpu_api::{
     telemetry,
 };
 use fakegpu_exporter::{
+    bodies::Bodies,
     documents::Documents,
     draws::Draws,
     knative::{self, Knative},
@@ -46,6 +47,7 @@ use tracing::{info, warn};
 struct Exporter {
     documents: Documents,
     draws: Draws,
+    bodies: Bodies,
     counters: render::Counters,
     hostname_label: String,
     knative: Knative,
@@ -90,7 +92,7 @@ impl Exporter {
     }
 }
 
-async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) {
+async fn metrics(State(exporter): State<Arc<Exporter>>) -> Response {
     let snapshot = exporter.documents.snapshot();
     let rates = exporter.rates(render::wants_knative(&snapshot)).await;
     let (by_uid, up) = match rates {
@@ -104,10 +106,13 @@ async fn metrics(State(exporter): State<Arc<Exporter>>) -> (StatusCode, String) 
         &by_uid,
         Instant::now(),
     );
+    let mut body = exporter.bodies.take();
+    render::encode_into(&mut body, &samples, &exporter.hostname_label, up);
     (
-        StatusCode::OK,
-        render::encode(&samples, &exporter.hostname_label, up),
+        [(CONTENT_TYPE, dcgm::CONTENT_TYPE)],
+        exporter.bodies.body(body),
     )
+        .into_response()
 }
 
 /// One node's GPUs as nvidia-smi shows them; 404 for a node without a document.
@@ -150,6 +155,7 @@ async fn run() -> anyhow::Result<()> {
     let prometheus = env_or("FAKEGPU_PROMETHEUS_URL", knative::DEFAULT_URL);
     let exporter = Arc::new(Exporter {
         documents: Documents::default(),
+        bodies: Bodies::default(),
         draws: Draws::new(Duration::from_secs(interval)),
         counters: render::Counters::default(),
         hostname_label,
