@@ -8,13 +8,15 @@
 //! - [`energy`]: each GPU's power integrated into its energy counter;
 //! - [`fields`]: the DCGM fields served, and what each reads of a sample;
 //! - [`xids`]: each GPU's XIDs in the trailing window;
-//! - [`render`]: documents and draws into samples (pure), samples into the text format;
-//! - [`bodies`]: the buffer a scrape's body is written into, kept for the next scrape.
+//! - [`render`]: documents and draws into samples (pure);
+//! - [`exposition`]: samples into the text format, written chunk by chunk;
+//! - [`bodies`]: a scrape's body, its chunks written into buffers kept for the chunks after.
 
 pub mod bodies;
 pub mod documents;
 pub mod draws;
 pub mod energy;
+pub mod exposition;
 pub mod fields;
 pub mod knative;
 pub mod render;

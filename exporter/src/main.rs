@@ -20,6 +20,7 @@ use std::{
 use anyhow::Context;
 use axum::{
     Router,
+    body::Body,
     extract::{Path, State},
     http::{StatusCode, header::CONTENT_TYPE},
     response::{IntoResponse, Response},
@@ -34,9 +35,10 @@ use fakegpu_api::{
     telemetry,
 };
 use fakegpu_exporter::{
-    bodies::Bodies,
+    bodies::Buffers,
     documents::Documents,
     draws::Draws,
+    exposition::Exposition,
     knative::{self, Knative},
     render,
 };
@@ -47,7 +49,7 @@ use tracing::{info, warn};
 struct Exporter {
     documents: Documents,
     draws: Draws,
-    bodies: Bodies,
+    buffers: Buffers,
     counters: render::Counters,
     hostname_label: String,
     knative: Knative,
@@ -106,13 +108,9 @@ async fn metrics(State(exporter): State<Arc<Exporter>>) -> Response {
         &by_uid,
         Instant::now(),
     );
-    let mut body = exporter.bodies.take();
-    render::encode_into(&mut body, &samples, &exporter.hostname_label, up);
-    (
-        [(CONTENT_TYPE, dcgm::CONTENT_TYPE)],
-        exporter.bodies.body(body),
-    )
-        .into_response()
+    let exposition = Exposition::new(&samples, &exporter.hostname_label, up);
+    let body = Body::from_stream(exporter.buffers.body(exposition));
+    ([(CONTENT_TYPE, dcgm::CONTENT_TYPE)], body).into_response()
 }
 
 /// One node's GPUs as nvidia-smi shows them; 404 for a node without a document.
@@ -155,7 +153,7 @@ async fn run() -> anyhow::Result<()> {
     let prometheus = env_or("FAKEGPU_PROMETHEUS_URL", knative::DEFAULT_URL);
     let exporter = Arc::new(Exporter {
         documents: Documents::default(),
-        bodies: Bodies::default(),
+        buffers: Buffers::default(),
         draws: Draws::new(Duration::from_secs(interval)),
         counters: render::Counters::default(),
         hostname_label,

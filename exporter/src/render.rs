@@ -1,24 +1,15 @@
-//! Documents and utilization draws into dcgm-exporter's series (pure), and those into the
-//! Prometheus text format.
+//! Documents and utilization draws into dcgm-exporter's series (pure); see
+//! [`crate::exposition`] for those in the Prometheus text format.
 
-use std::{borrow::Cow, collections::HashMap, ops::Range, time::Instant};
-
-use std::fmt::Write as _;
+use std::{borrow::Cow, collections::HashMap, time::Instant};
 
 use fakegpu_api::{
-    names::{dcgm, metric},
     report::NodeReport,
     telemetry::{self, Load},
     topology::{GpuStatus, GpuTopology, NodeTopology, PodGpuUsage, long_bus_id},
 };
 
-use crate::{
-    documents::Snapshot,
-    draws::Draws,
-    energy::Energy,
-    fields::{FIELDS, Scope},
-    xids::XidWindows,
-};
+use crate::{documents::Snapshot, draws::Draws, energy::Energy, xids::XidWindows};
 
 /// What the exporter counts across scrapes: energy, and XIDs in their window.
 #[derive(Debug, Default)]
@@ -236,148 +227,6 @@ pub fn node_report(
     })
 }
 
-/// Writes `value` escaped as a label value of the text format.
-fn escape_label(out: &mut String, value: &str) {
-    // Copied in runs between the characters escaped, not char by char: few values have any.
-    let mut rest = value;
-    while let Some(at) = rest.find(['\\', '"', '\n']) {
-        out.push_str(&rest[..at]);
-        out.push_str(match rest.as_bytes()[at] {
-            b'\\' => "\\\\",
-            b'"' => "\\\"",
-            _ => "\\n",
-        });
-        rest = &rest[at + 1..];
-    }
-    out.push_str(rest);
-}
-
-/// Appends a sample's label set, `{...}`, in dcgm-exporter's order (a MIG instance's labels
-/// after `modelName`), to `out`: written once and shared by every field.
-fn write_label_set(out: &mut String, sample: &GpuSample<'_>, labels: &[&str; 10]) {
-    let named = labels.iter().zip(&sample.labels);
-    let mig = sample
-        .mig
-        .iter()
-        .flat_map(|mig| dcgm::MIG_LABELS.iter().zip(mig));
-    let pairs = named
-        .clone()
-        .take(dcgm::HOSTNAME_LABEL)
-        .chain(mig)
-        .chain(named.skip(dcgm::HOSTNAME_LABEL));
-    out.push('{');
-    for (index, (name, value)) in pairs.enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_label(out, value);
-        out.push('"');
-    }
-    out.push('}');
-}
-
-/// A value as the text format writes it.
-fn write_value(out: &mut String, value: f64) {
-    if value.is_nan() {
-        out.push_str("NaN");
-    } else if value.is_infinite() {
-        out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
-    } else if value.fract() == 0.0 && value.abs() < MAX_EXACT_INTEGER && !is_negative_zero(value) {
-        // Most values are whole (percentages, MiB, MHz, counts): itoa writes the same text as
-        // `{value}` in a fraction of the time float formatting takes, which was a tenth of a
-        // scrape's CPU.
-        out.push_str(itoa::Buffer::new().format(value as i64));
-    } else {
-        let _ = write!(out, "{value}");
-    }
-}
-
-/// Below 2^53 every whole `f64` converts to an `i64` exactly.
-const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
-
-/// `-0.0`, which the text format writes `-0`.
-fn is_negative_zero(value: f64) -> bool {
-    value == 0.0 && value.is_sign_negative()
-}
-
-/// The text format of `samples`, every field of [`FIELDS`] that has series; `hostname_label`
-/// names the hostname label (`Hostname` or `hostname`); `knative_up`, once Prometheus was
-/// asked, whether it answered.
-///
-/// Written directly, not through the prometheus crate's registry or its encoder: at 8 000 GPUs
-/// the registry's hashing of every label set on every scrape took most of a scrape's time, and
-/// each sample's label set is the same in all 25 fields, so it is written once.
-pub fn encode(samples: &[GpuSample], hostname_label: &str, knative_up: Option<bool>) -> String {
-    let mut out = String::new();
-    encode_into(&mut out, samples, hostname_label, knative_up);
-    out
-}
-
-/// [`encode`] into `out`, cleared first: a buffer kept from an earlier scrape (see
-/// [`crate::bodies`]) is written again without the kernel mapping and zeroing its pages anew.
-pub fn encode_into(
-    out: &mut String,
-    samples: &[GpuSample],
-    hostname_label: &str,
-    knative_up: Option<bool>,
-) {
-    let mut labels = dcgm::LABELS;
-    labels[dcgm::HOSTNAME_LABEL] = hostname_label;
-    // Every sample's label set in one string, each found by its range.
-    let mut text = String::with_capacity(samples.len() * 320);
-    let sets: Vec<Range<usize>> = samples
-        .iter()
-        .map(|sample| {
-            let start = text.len();
-            write_label_set(&mut text, sample, &labels);
-            start..text.len()
-        })
-        .collect();
-    out.clear();
-    out.reserve(samples.len() * FIELDS.len() * 320);
-    for field in &FIELDS {
-        let carried = |s: &GpuSample| field.scope == Scope::Every || s.mig.is_none();
-        if !samples.iter().any(carried) {
-            continue;
-        }
-        let _ = writeln!(out, "# HELP {} {}", field.name, field.help);
-        let _ = writeln!(out, "# TYPE {} {}", field.name, field.kind.as_str());
-        for (sample, set) in samples.iter().zip(&sets).filter(|(s, _)| carried(s)) {
-            let set = &text[set.clone()];
-            out.push_str(field.name);
-            match field
-                .label
-                .and_then(|(name, label)| Some((name, label(sample)?)))
-            {
-                // The field's own label closes the sample's set.
-                Some((name, value)) => {
-                    out.push_str(&set[..set.len() - 1]);
-                    out.push(',');
-                    out.push_str(name);
-                    out.push_str("=\"");
-                    escape_label(out, &value);
-                    out.push_str("\"}");
-                }
-                None => out.push_str(set),
-            }
-            out.push(' ');
-            write_value(out, (field.value)(sample));
-            out.push('\n');
-        }
-    }
-    if let Some(up) = knative_up {
-        let name = metric::EXPORTER_KNATIVE_UP;
-        let _ = writeln!(
-            out,
-            "# HELP {name} 1 when Prometheus answered the last request-rate query for inference pods."
-        );
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        let _ = writeln!(out, "{name} {}", u8::from(up));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -387,6 +236,9 @@ mod tests {
     };
 
     use super::*;
+    use fakegpu_api::names::dcgm;
+
+    use crate::{exposition::encode, fields::FIELDS};
 
     /// The samples of `snapshot` now, with a fresh energy meter.
     fn sampled<'a>(
@@ -681,39 +533,5 @@ mod tests {
             text.contains(r#"modelName="a \"quoted\" \\ name\n""#),
             "{text}"
         );
-    }
-
-    #[test]
-    fn values_are_written_as_rust_formats_them() {
-        for value in [
-            0.0,
-            -0.0,
-            1.0,
-            40.0,
-            81559.0,
-            -3.0,
-            0.5,
-            312.456,
-            1e15,
-            1e16,
-            9_007_199_254_740_991.0,
-            9_007_199_254_740_993.0,
-            -1e17,
-            f64::MIN_POSITIVE,
-            f64::MAX,
-        ] {
-            let mut out = String::new();
-            write_value(&mut out, value);
-            assert_eq!(out, format!("{value}"), "{value:?}");
-        }
-        for (value, text) in [
-            (f64::NAN, "NaN"),
-            (f64::INFINITY, "+Inf"),
-            (f64::NEG_INFINITY, "-Inf"),
-        ] {
-            let mut out = String::new();
-            write_value(&mut out, value);
-            assert_eq!(out, text);
-        }
     }
 }
