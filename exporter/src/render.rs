@@ -18,13 +18,13 @@ pub struct Counters {
     pub xids: XidWindows,
 }
 
-/// One GPU's or MIG instance's values and labels (in [`dcgm::LABELS`] order), borrowing
+/// One GPU's or MIG instance's values and labels (in [`fakegpu_api::names::dcgm::LABELS`] order), borrowing
 /// what it can of the document it was read from: a scrape makes one per GPU, and each string
 /// copied was an allocation freed again within the scrape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSample<'a> {
     pub labels: [Cow<'a, str>; 10],
-    /// A MIG instance's [`dcgm::MIG_LABELS`] values; `None` for a whole GPU.
+    /// A MIG instance's [`fakegpu_api::names::dcgm::MIG_LABELS`] values; `None` for a whole GPU.
     pub mig: Option<[Cow<'a, str>; 2]>,
     /// The UUID of the GPU (the instance's GPU for a MIG instance).
     pub gpu: &'a str,
