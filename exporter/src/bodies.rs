@@ -74,7 +74,8 @@ impl Buffers {
     }
 
     /// How many buffers are kept now.
-    pub fn kept(&self) -> usize {
+    #[cfg(test)]
+    fn kept(&self) -> usize {
         self.0.lock().len()
     }
 }
