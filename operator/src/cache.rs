@@ -17,11 +17,21 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 /// How a kind is trimmed for its cache, and what the cache keeps in place of what it dropped.
 pub trait Trim: Resource + Sized {
+    /// What the cache keeps of the object itself: the object less what the controllers do not
+    /// read (the object's own type where dropping fields is enough).
+    type Trimmed: Clone + Debug + Send + Sync + 'static;
     /// What stands in for the dropped content: digests to compare, summaries to read.
     type Kept: Clone + Debug + PartialEq + Serialize + Send + Sync + 'static;
 
-    /// Drops from `object` what the controllers do not read; returns what stands in for it.
-    fn trim(object: &mut Self) -> Self::Kept;
+    /// Drops from `object` what the controllers do not read; returns what is left and what
+    /// stands in for the rest.
+    fn trim(object: Self) -> (Self::Trimmed, Self::Kept);
+
+    /// The metadata of what the cache kept.
+    fn trimmed_meta(trimmed: &Self::Trimmed) -> &ObjectMeta;
+
+    /// The metadata of what the cache kept, to change.
+    fn trimmed_meta_mut(trimmed: &mut Self::Trimmed) -> &mut ObjectMeta;
 }
 
 /// An object as a watch cache holds it: the API object trimmed by its kind's [`Trim`], and
@@ -29,18 +39,18 @@ pub trait Trim: Resource + Sized {
 /// dropped can only be compared, through [`Cached::kept`].
 #[derive(Clone, Debug)]
 pub struct Cached<K: Trim> {
-    trimmed: K,
+    trimmed: K::Trimmed,
     kept: K::Kept,
     fakegpu_alone: bool,
 }
 
 impl<K: Trim> Cached<K> {
     /// Trims `object` for a cache.
-    pub fn new(mut object: K) -> Self {
+    pub fn new(object: K) -> Self {
         let fakegpu_alone = written_by_fakegpu_alone(object.meta());
-        let kept = K::trim(&mut object);
+        let (trimmed, kept) = K::trim(object);
         Self {
-            trimmed: object,
+            trimmed,
             kept,
             fakegpu_alone,
         }
@@ -53,7 +63,7 @@ impl<K: Trim> Cached<K> {
     }
 
     /// The object less what its cache dropped.
-    pub fn trimmed(&self) -> &K {
+    pub fn trimmed(&self) -> &K::Trimmed {
         &self.trimmed
     }
 
@@ -85,15 +95,17 @@ impl<K: Trim> Resource for Cached<K> {
     }
 
     fn meta(&self) -> &ObjectMeta {
-        self.trimmed.meta()
+        K::trimmed_meta(&self.trimmed)
     }
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        self.trimmed.meta_mut()
+        K::trimmed_meta_mut(&mut self.trimmed)
     }
 }
 
-fn written_by_fakegpu_alone(meta: &ObjectMeta) -> bool {
+/// Whether every field of the object `meta` is of was last set by fakegpu (see
+/// [`Cached::written_by_fakegpu_alone`]); read its managed fields before a trim drops them.
+pub(crate) fn written_by_fakegpu_alone(meta: &ObjectMeta) -> bool {
     meta.managed_fields.as_ref().is_some_and(|entries| {
         !entries.is_empty()
             && entries
@@ -171,9 +183,17 @@ mod tests {
     }
 
     impl Trim for Doc {
+        type Trimmed = Self;
         type Kept = Digest;
-        fn trim(doc: &mut Self) -> Digest {
-            Digest::of(&doc.0.data.take())
+        fn trim(mut doc: Self) -> (Self, Digest) {
+            let digest = Digest::of(&doc.0.data.take());
+            (doc, digest)
+        }
+        fn trimmed_meta(doc: &Self) -> &ObjectMeta {
+            &doc.0.metadata
+        }
+        fn trimmed_meta_mut(doc: &mut Self) -> &mut ObjectMeta {
+            &mut doc.0.metadata
         }
     }
 

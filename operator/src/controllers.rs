@@ -6,8 +6,7 @@ use std::sync::Arc;
 use fakegpu_api::{
     GpuNodePool,
     names::{
-        annotation,
-        fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
+        fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
         kubelet_devices,
         topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
     },
@@ -247,9 +246,9 @@ pub async fn run(
         )
         .watches_shared_stream(
             others_changes(configmaps_for_nodes, configmaps.clone()),
-            node_of_configmap,
+            |cm| cm.kept().node().map(ObjectRef::new),
         )
-        .watches_shared_stream(kubelet_reports_for_nodes, node_of_configmap)
+        .watches_shared_stream(kubelet_reports_for_nodes, node_of_kubelet_report)
         .watches_shared_stream(others_changes(slices_for_nodes, slices.clone()), |slice| {
             slice
                 .trimmed()
@@ -301,7 +300,7 @@ pub async fn run(
         })
         // A node's allocated GPUs count in its pool's status.
         .watches_shared_stream(configmaps_for_pools, |cm| {
-            cm.labels().get(POOL_LABEL).map(|p| ObjectRef::new(p))
+            cm.kept().pool().map(ObjectRef::new)
         })
         .shutdown_on_signal()
         .run(
@@ -365,8 +364,9 @@ pub async fn run(
     }
 }
 
-/// The node a per-node ConfigMap (topology document, kubelet report) is about.
-fn node_of_configmap<K: kube::Resource>(cm: Arc<K>) -> Option<ObjectRef<CachedNode>> {
+/// The node a kubelet report is about. (A topology ConfigMap's cache keeps its node aside, see
+/// `KeptOfTopology`.)
+fn node_of_kubelet_report(cm: Arc<ConfigMap>) -> Option<ObjectRef<CachedNode>> {
     cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
 }
 
@@ -395,23 +395,23 @@ fn node_changes(
     changes(nodes, cache, node_fingerprint)
 }
 
-/// What the controllers read of a node, hashed. Annotations others keep rewriting that fakegpu
-/// does not read are left out: kube-controller-manager's TTL annotation, rewritten on ~17
-/// nodes a second while a 10 000-node cluster grows, reconciled each node and its pool (0.14
-/// cores of the operator's with nothing to write, taken from the scheduler on a busy machine).
+/// What the controllers read of a node, hashed. Annotations fakegpu does not read are not in
+/// its cache (see `TrimmedNode`), so others' rewrites of them are no change: among them
+/// kube-controller-manager's TTL annotation, rewritten on ~17 nodes a second while a 10 000-node
+/// cluster grows, which reconciled each node and its pool (0.14 cores of the operator's with
+/// nothing to write, taken from the scheduler on a busy machine).
 fn node_fingerprint(node: &CachedNode) -> u64 {
     let meta = node.meta();
-    let annotations = meta.annotations.as_ref().map(|all| {
-        all.iter()
-            .filter(|(key, _)| key.as_str() != annotation::NODE_TTL)
-            .collect::<Vec<_>>()
-    });
     fingerprint(&(
         &meta.labels,
-        annotations,
+        &meta.annotations,
         meta.deletion_timestamp.is_some(),
         &meta.uid,
-        &node.trimmed().status,
+        (
+            &node.trimmed().capacity,
+            &node.trimmed().allocatable,
+            &node.trimmed().conditions,
+        ),
         node.kept(),
     ))
 }
@@ -460,6 +460,7 @@ fn to_every_pool<T>(pools: Store<GpuNodePool>) -> impl Fn(T) -> Vec<ObjectRef<Gp
 
 #[cfg(test)]
 mod tests {
+    use fakegpu_api::names::annotation;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 

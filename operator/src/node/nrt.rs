@@ -66,13 +66,7 @@ fn per_zone(
     if let Some(quantity) = explicit {
         return Some(quantity.clone());
     }
-    let allocatable = node
-        .trimmed()
-        .status
-        .as_ref()?
-        .allocatable
-        .as_ref()?
-        .get(name)?;
+    let allocatable = node.trimmed().allocatable.as_ref()?.get(name)?;
     let milli = parse_milli(&allocatable.0)? / i128::from(zones.max(1));
     let share = if name == "cpu" { milli } else { milli / 1000 };
     (share > 0).then(|| Quantity(format(share)))

@@ -13,7 +13,7 @@ use fakegpu_api::{
     topology::NodeTopology,
 };
 use k8s_openapi::api::resource::v1::{ResourceSlice, ResourceSliceSpec};
-use kube::{Resource, ResourceExt};
+use kube::{Resource, ResourceExt, api::ObjectMeta};
 
 use crate::{
     apply,
@@ -73,14 +73,23 @@ pub fn desired_channel_slice(
 /// fields: the operator only asks whether a slice is current, and in memory a GPU slice is
 /// about ten times its JSON; the devices of 10 000 nodes were half the operator's memory.
 impl Trim for ResourceSlice {
+    type Trimmed = Self;
     /// The digest of the devices.
     type Kept = Digest;
 
-    fn trim(slice: &mut ResourceSlice) -> Digest {
-        apply::drop_managed_fields(slice);
+    fn trim(mut slice: ResourceSlice) -> (ResourceSlice, Digest) {
+        apply::drop_managed_fields(&mut slice);
         let digest = Digest::of(&device_identity(&slice.spec));
         slice.spec.devices = None;
-        digest
+        (slice, digest)
+    }
+
+    fn trimmed_meta(slice: &ResourceSlice) -> &ObjectMeta {
+        &slice.metadata
+    }
+
+    fn trimmed_meta_mut(slice: &mut ResourceSlice) -> &mut ObjectMeta {
+        &mut slice.metadata
     }
 }
 

@@ -144,9 +144,8 @@ pub(super) fn current_condition<'a>(
     type_: &str,
 ) -> Option<&'a NodeCondition> {
     node.trimmed()
-        .status
+        .conditions
         .as_ref()
-        .and_then(|s| s.conditions.as_ref())
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
 }
 
@@ -249,11 +248,7 @@ pub fn desired_fractioning(
     if current.is_some() && !owns_condition(node, GPU_FRACTIONING_READY) {
         return None;
     }
-    let observed = node
-        .trimmed()
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref());
+    let observed = node.trimmed().allocatable.as_ref();
     if !allocatable_gpus(Some(resources)) && !allocatable_gpus(observed) {
         return None;
     }
@@ -285,11 +280,11 @@ pub fn status_current(node: &CachedNode, intent: &NodeIntent) -> bool {
         .annotations
         .iter()
         .all(|(key, value)| node.annotations().get(key) == Some(value));
-    let status = node.trimmed().status.as_ref();
+    let trimmed = node.trimmed();
     let wanted_allocatable = intent.allocatable();
     let values_match = intent.resources.iter().all(|(name, value)| {
-        let capacity = status.and_then(|s| s.capacity.as_ref()?.get(name));
-        let allocatable = status.and_then(|s| s.allocatable.as_ref()?.get(name));
+        let capacity = trimmed.capacity.as_ref().and_then(|c| c.get(name));
+        let allocatable = trimmed.allocatable.as_ref().and_then(|a| a.get(name));
         capacity == Some(value) && allocatable == wanted_allocatable.get(name)
     });
     let condition_matches = |type_: &str, wanted: &Option<NodeCondition>| match wanted {
@@ -319,9 +314,8 @@ pub fn kwok_initialized(node: &CachedNode) -> bool {
         .map(|owned| owned.allocatable.as_slice())
         .unwrap_or_default();
     node.trimmed()
-        .status
+        .allocatable
         .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
         .is_some_and(|allocatable| allocatable.keys().any(|name| !ours.contains(name)))
 }
 
