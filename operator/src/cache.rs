@@ -1,8 +1,8 @@
 //! What the operator's watch caches hold of the kinds it has the most of (nodes, topology
 //! ConfigMaps, ResourceSlices): [`Cached`] objects, trimmed to what the controllers read. At
 //! 10 000 nodes the whole objects were most of the operator's memory, and the content it only
-//! compares (fakegpu's own node labels, a free topology document, a slice's devices) is kept
-//! as a [`Digest`] instead.
+//! compares (fakegpu's own node labels, a free topology document, the metadata of a topology
+//! ConfigMap fakegpu alone wrote, a slice's devices) is kept as a [`Digest`] instead.
 //!
 //! A cached object is not the API object, and its type says so: a reader holding a
 //! `Cached<Node>` cannot take its labels for the node's labels without seeing that they are
@@ -19,19 +19,30 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub trait Trim: Resource + Sized {
     /// What the cache keeps of the object itself: the object less what the controllers do not
     /// read (the object's own type where dropping fields is enough).
-    type Trimmed: Clone + Debug + Send + Sync + 'static;
+    type Trimmed: HasMeta + Clone + Debug + Send + Sync + 'static;
     /// What stands in for the dropped content: digests to compare, summaries to read.
     type Kept: Clone + Debug + PartialEq + Serialize + Send + Sync + 'static;
 
     /// Drops from `object` what the controllers do not read; returns what is left and what
     /// stands in for the rest.
     fn trim(object: Self) -> (Self::Trimmed, Self::Kept);
+}
 
-    /// The metadata of what the cache kept.
-    fn trimmed_meta(trimmed: &Self::Trimmed) -> &ObjectMeta;
+/// What a cache keeps of an object has the object's metadata: an API object's own, or that of a
+/// type a [`Trim`] keeps in its place.
+pub trait HasMeta {
+    fn meta(&self) -> &ObjectMeta;
+    fn meta_mut(&mut self) -> &mut ObjectMeta;
+}
 
-    /// The metadata of what the cache kept, to change.
-    fn trimmed_meta_mut(trimmed: &mut Self::Trimmed) -> &mut ObjectMeta;
+impl<K: Resource> HasMeta for K {
+    fn meta(&self) -> &ObjectMeta {
+        Resource::meta(self)
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        Resource::meta_mut(self)
+    }
 }
 
 /// An object as a watch cache holds it: the API object trimmed by its kind's [`Trim`], and
@@ -95,11 +106,11 @@ impl<K: Trim> Resource for Cached<K> {
     }
 
     fn meta(&self) -> &ObjectMeta {
-        K::trimmed_meta(&self.trimmed)
+        HasMeta::meta(&self.trimmed)
     }
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        K::trimmed_meta_mut(&mut self.trimmed)
+        HasMeta::meta_mut(&mut self.trimmed)
     }
 }
 
@@ -188,12 +199,6 @@ mod tests {
         fn trim(mut doc: Self) -> (Self, Digest) {
             let digest = Digest::of(&doc.0.data.take());
             (doc, digest)
-        }
-        fn trimmed_meta(doc: &Self) -> &ObjectMeta {
-            &doc.0.metadata
-        }
-        fn trimmed_meta_mut(doc: &mut Self) -> &mut ObjectMeta {
-            &mut doc.0.metadata
         }
     }
 

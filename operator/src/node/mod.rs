@@ -46,7 +46,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     Context, Error, Result, apply,
-    cache::{Cached, Digest, Trim},
+    cache::{Cached, Digest, HasMeta, Trim},
     membership,
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
@@ -138,13 +138,15 @@ impl Trim for Node {
         };
         (trimmed, kept)
     }
+}
 
-    fn trimmed_meta(node: &TrimmedNode) -> &ObjectMeta {
-        &node.metadata
+impl HasMeta for TrimmedNode {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
     }
 
-    fn trimmed_meta_mut(node: &mut TrimmedNode) -> &mut ObjectMeta {
-        &mut node.metadata
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 

@@ -13,7 +13,7 @@ use fakegpu_api::{
     topology::NodeTopology,
 };
 use k8s_openapi::api::resource::v1::{ResourceSlice, ResourceSliceSpec};
-use kube::{Resource, ResourceExt, api::ObjectMeta};
+use kube::{Resource, ResourceExt};
 
 use crate::{
     apply,
@@ -82,14 +82,6 @@ impl Trim for ResourceSlice {
         let digest = Digest::of(&device_identity(&slice.spec));
         slice.spec.devices = None;
         (slice, digest)
-    }
-
-    fn trimmed_meta(slice: &ResourceSlice) -> &ObjectMeta {
-        &slice.metadata
-    }
-
-    fn trimmed_meta_mut(slice: &mut ResourceSlice) -> &mut ObjectMeta {
-        &mut slice.metadata
     }
 }
 

@@ -251,14 +251,6 @@ impl Trim for ConfigMap {
         };
         (cm, kept)
     }
-
-    fn trimmed_meta(cm: &ConfigMap) -> &ObjectMeta {
-        &cm.metadata
-    }
-
-    fn trimmed_meta_mut(cm: &mut ConfigMap) -> &mut ObjectMeta {
-        &mut cm.metadata
-    }
 }
 
 /// Whether the cached ConfigMap (whole, or without a free document or its metadata) already is
@@ -389,9 +381,7 @@ mod tests {
 
     #[test]
     fn configmap_is_labelled_and_owned_by_the_node() {
-        let node: k8s_openapi::api::core::v1::Node =
-            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u-1"}}))
-                .expect("test node");
+        let node = node_with_uid("u-1");
         let cm = desired_configmap("fakegpu-system", &node, "p", "doc".into(), 2);
         assert_eq!(cm.name_any(), "topology-n");
         assert_eq!(cm.labels()["node-topology"], "true");
@@ -403,6 +393,11 @@ mod tests {
         let mut edited = cm.clone();
         edited.data = Some(BTreeMap::from([("topology.yml".into(), "garbage".into())]));
         assert!(!configmap_current(&cached(&edited), &cm));
+    }
+
+    /// Node `n` with `uid`.
+    fn node_with_uid(uid: &str) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({"metadata": {"name": "n", "uid": uid}})).expect("test node")
     }
 
     /// `cm` as the API server returns it after `manager` wrote it.
@@ -417,9 +412,7 @@ mod tests {
 
     #[test]
     fn a_cache_keeps_the_metadata_fakegpu_alone_wrote_as_a_digest() {
-        let node: k8s_openapi::api::core::v1::Node =
-            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u-1"}}))
-                .expect("test node");
+        let node = node_with_uid("u-1");
         let cm = desired_configmap("ns", &node, "p", "doc".into(), 3);
         let ours = Cached::new(written_by(&cm, fakegpu_api::names::FIELD_MANAGER));
         let meta = &ours.trimmed().metadata;
@@ -431,9 +424,7 @@ mod tests {
         assert_eq!(ours.kept().allocated_gpus(), 3);
         assert!(configmap_current(&ours, &cm));
         // Each of what the operator sets, changed, makes it out of date.
-        let other_node: k8s_openapi::api::core::v1::Node =
-            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u-2"}}))
-                .expect("test node");
+        let other_node = node_with_uid("u-2");
         for changed in [
             desired_configmap("ns", &node, "p", "doc".into(), 2),
             desired_configmap("ns", &node, "q", "doc".into(), 3),
@@ -457,9 +448,7 @@ mod tests {
 
     #[test]
     fn a_cache_keeps_documents_in_use_and_digests_free_ones() {
-        let node: k8s_openapi::api::core::v1::Node =
-            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u-1"}}))
-                .expect("test node");
+        let node = node_with_uid("u-1");
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
         let free = desired_topology(&pool, &gpu, "n", None, &Failing::default());
