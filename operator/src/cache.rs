@@ -24,8 +24,9 @@ pub trait Trim: Resource + Sized {
     type Kept: Clone + Debug + PartialEq + Serialize + Send + Sync + 'static;
 
     /// Drops from `object` what the controllers do not read; returns what is left and what
-    /// stands in for the rest.
-    fn trim(object: Self) -> (Self::Trimmed, Self::Kept);
+    /// stands in for the rest. `written_by_fakegpu_alone` is what [`Cached`] read of the
+    /// object's managed fields, before any trim drops them.
+    fn trim(object: Self, written_by_fakegpu_alone: bool) -> (Self::Trimmed, Self::Kept);
 }
 
 /// What a cache keeps of an object has the object's metadata: an API object's own, or that of a
@@ -59,7 +60,7 @@ impl<K: Trim> Cached<K> {
     /// Trims `object` for a cache.
     pub fn new(object: K) -> Self {
         let fakegpu_alone = written_by_fakegpu_alone(object.meta());
-        let (trimmed, kept) = K::trim(object);
+        let (trimmed, kept) = K::trim(object, fakegpu_alone);
         Self {
             trimmed,
             kept,
@@ -114,9 +115,7 @@ impl<K: Trim> Resource for Cached<K> {
     }
 }
 
-/// Whether every field of the object `meta` is of was last set by fakegpu (see
-/// [`Cached::written_by_fakegpu_alone`]); read its managed fields before a trim drops them.
-pub(crate) fn written_by_fakegpu_alone(meta: &ObjectMeta) -> bool {
+fn written_by_fakegpu_alone(meta: &ObjectMeta) -> bool {
     meta.managed_fields.as_ref().is_some_and(|entries| {
         !entries.is_empty()
             && entries
@@ -196,7 +195,7 @@ mod tests {
     impl Trim for Doc {
         type Trimmed = Self;
         type Kept = Digest;
-        fn trim(mut doc: Self) -> (Self, Digest) {
+        fn trim(mut doc: Self, _: bool) -> (Self, Digest) {
             let digest = Digest::of(&doc.0.data.take());
             (doc, digest)
         }

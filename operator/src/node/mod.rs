@@ -81,7 +81,7 @@ pub struct KeptOfNode {
 /// allocatable and fakegpu's own conditions. Not a `Node`: one with its spec and most of its
 /// status empty still took 1.7 KB a node, and KWOK's one annotation another 0.6 KB (a map
 /// holds room for eleven entries).
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug)]
 pub struct TrimmedNode {
     pub metadata: ObjectMeta,
     pub capacity: Option<BTreeMap<String, Quantity>>,
@@ -97,7 +97,7 @@ impl Trim for Node {
     type Trimmed = TrimmedNode;
     type Kept = KeptOfNode;
 
-    fn trim(mut node: Node) -> (TrimmedNode, KeptOfNode) {
+    fn trim(mut node: Node, _: bool) -> (TrimmedNode, KeptOfNode) {
         let own_labels = labels::drop_own_labels(&mut node);
         let owned_status = status::OwnedStatus::from_managed_fields(&node);
         node.metadata.managed_fields = None;

@@ -77,7 +77,7 @@ impl Trim for ResourceSlice {
     /// The digest of the devices.
     type Kept = Digest;
 
-    fn trim(mut slice: ResourceSlice) -> (ResourceSlice, Digest) {
+    fn trim(mut slice: ResourceSlice, _: bool) -> (ResourceSlice, Digest) {
         apply::drop_managed_fields(&mut slice);
         let digest = Digest::of(&device_identity(&slice.spec));
         slice.spec.devices = None;

@@ -15,12 +15,11 @@ use fakegpu_api::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Resource, ResourceExt, api::ObjectMeta};
-
 use serde::Serialize;
 
 use crate::{
     apply,
-    cache::{self, Cached, Digest, Trim, same_content},
+    cache::{Cached, Digest, Trim, same_content},
 };
 
 /// NUMA zone of each GPU index: `gpusPerZone` when given, else an even spread with the first
@@ -224,7 +223,7 @@ impl Trim for ConfigMap {
     type Trimmed = Self;
     type Kept = KeptOfTopology;
 
-    fn trim(mut cm: ConfigMap) -> (ConfigMap, KeptOfTopology) {
+    fn trim(mut cm: ConfigMap, written_by_fakegpu_alone: bool) -> (ConfigMap, KeptOfTopology) {
         let node = cm.labels().get(names::NODE_NAME_LABEL).cloned();
         let pool = cm.labels().get(POOL_LABEL).cloned();
         let allocated_gpus = cm
@@ -232,7 +231,7 @@ impl Trim for ConfigMap {
             .get(annotation::ALLOCATED_GPUS)
             .and_then(|count| count.parse().ok())
             .unwrap_or(0);
-        let metadata = cache::written_by_fakegpu_alone(&cm.metadata).then(|| {
+        let metadata = written_by_fakegpu_alone.then(|| {
             let digest = metadata_digest(&cm);
             cm.metadata.labels = None;
             cm.metadata.annotations = None;
