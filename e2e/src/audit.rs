@@ -58,13 +58,39 @@ const CONTROL_PLANE_ACCOUNTS: &str = "system:serviceaccounts:kube-system";
 /// `kube-system` and not a lease renewal (leader election's heartbeat, every 2 s whatever
 /// the load, is not reconcile work).
 pub fn implementation_write(line: &str) -> Option<Write> {
+    implementation_entry(line).map(|(write, _)| write)
+}
+
+/// An implementation's write as it was sent: what `hack/bench/scale.sh` captures of fakegpu's
+/// first pass for `replay` to send again.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Request {
+    pub verb: String,
+    /// Path and query, as the client sent them.
+    pub uri: String,
+    /// The body as the API server logged it (compact JSON; for a patch, the patch).
+    pub body: Box<serde_json::value::RawValue>,
+}
+
+/// [`implementation_write`]'s write and the request behind it, when the log has its body.
+pub fn implementation_request(line: &str) -> Option<(Write, Request)> {
+    let (write, entry) = implementation_entry(line)?;
+    let request = Request {
+        verb: write.verb.clone(),
+        uri: entry.request_uri?,
+        body: entry.request_object?,
+    };
+    Some((write, request))
+}
+
+fn implementation_entry(line: &str) -> Option<(Write, Entry)> {
     if !line.contains(SERVICE_ACCOUNTS) || !line.contains("ResponseComplete") {
         return None;
     }
     // Typed, with the request body left as text: the scale benchmark reads tens of thousands
     // of these while the cluster converges, and parsing every body into a tree cost the driver
     // more CPU than anything else it did.
-    let entry: Entry = serde_json::from_str(line).ok()?;
+    let mut entry: Entry = serde_json::from_str(line).ok()?;
     if entry.stage != "ResponseComplete" {
         return None;
     }
@@ -72,20 +98,27 @@ pub fn implementation_write(line: &str) -> Option<Write> {
     if !in_group(SERVICE_ACCOUNTS) || in_group(CONTROL_PLANE_ACCOUNTS) {
         return None;
     }
-    let object = entry.object_ref?;
+    let object = entry.object_ref.take()?;
     let resource = object.resource?;
     if resource == "leases" {
         return None;
     }
-    Some(Write {
-        user: entry.user.username?,
-        verb: entry.verb?,
+    let write = Write {
+        user: entry.user.username.take()?,
+        verb: entry.verb.take()?,
         resource,
         name: object.name.unwrap_or_default(),
         subresource: object.subresource,
-        body_bytes: entry.request_object.map_or(0, |body| body.get().len()),
-        completed: entry.stage_timestamp.and_then(|t| t.parse().ok()),
-    })
+        body_bytes: entry
+            .request_object
+            .as_ref()
+            .map_or(0, |body| body.get().len()),
+        completed: entry
+            .stage_timestamp
+            .as_deref()
+            .and_then(|t| t.parse().ok()),
+    };
+    Some((write, entry))
 }
 
 /// What [`implementation_write`] reads of an audit event (audit.k8s.io/v1 `Event`).
@@ -98,6 +131,9 @@ struct Entry {
     #[serde(default)]
     user: User,
     object_ref: Option<AuditObject>,
+    /// Path and query.
+    #[serde(rename = "requestURI")]
+    request_uri: Option<String>,
     /// As the API server logged it: compact JSON, so its length is the body's.
     request_object: Option<Box<serde_json::value::RawValue>>,
     /// RFC 3339 with microseconds.
@@ -253,6 +289,29 @@ mod tests {
         assert_eq!(
             implementation_write("not json with system:serviceaccounts ResponseComplete"),
             None
+        );
+    }
+
+    #[test]
+    fn a_request_keeps_its_uri_and_body_as_sent() {
+        let mut entry: serde_json::Value = serde_json::from_str(&line(
+            OPERATOR,
+            &OPERATOR_GROUPS,
+            "nodes",
+            Some(r#"{"metadata": {"labels": {"a": "b"}}}"#),
+        ))
+        .unwrap();
+        entry["requestURI"] = "/api/v1/nodes/n1/status?fieldManager=fakegpu".into();
+        let (write, request) = implementation_request(&entry.to_string()).unwrap();
+        assert_eq!(write.target(), "patch nodes/n1/status");
+        assert_eq!(request.verb, "patch");
+        assert_eq!(request.uri, "/api/v1/nodes/n1/status?fieldManager=fakegpu");
+        assert_eq!(request.body.get(), r#"{"metadata":{"labels":{"a":"b"}}}"#);
+
+        entry.as_object_mut().unwrap().remove("requestObject");
+        assert!(
+            implementation_request(&entry.to_string()).is_none(),
+            "a write logged without its body cannot be sent again"
         );
     }
 

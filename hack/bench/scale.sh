@@ -9,6 +9,9 @@
 #   FAKEGPU_BENCH_PROFILE_SECS=40 hack/bench/scale.sh 10000   # + kube-apiserver CPU profile
 #   hack/bench/scale.sh --compare ADAPTER [NODES ...]   # fakegpu, then ADAPTER's implementation,
 #                                                       # on the same node counts
+#   hack/bench/scale.sh --compare hack/bench/impl/fakegpu-replay.sh 10000
+#                             # fakegpu, then its own per-node writes sent again by a client that
+#                             # does nothing else: the floor under its convergence
 #
 # An adapter is an executable answering `start`, `pools LAYOUT`, `restart`, `stop`, `pids` for
 # its implementation (hack/bench/impl/fakegpu.sh is fakegpu's; e2e/src/bin/scale.rs says what
@@ -68,7 +71,7 @@ cleanup() {
 trap cleanup EXIT
 
 hack/cluster.sh build
-cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale
+cargo build --quiet --release -p fakegpu-operator -p fakegpu-e2e --bin fakegpu-operator --bin scale --bin replay
 
 header="| implementation | nodes | pools | nodes up s (created, KWOK-initialized) | converge s | implementation CPU s | implementation peak RSS MiB | API server CPU ms/node | API server cores (idle, converging) | first-pass writes/node | first-pass request bytes/node | resync writes | GPU pods/s | GPU pods/s (implementation stopped) | plain pods/s (stopped) |"
 {
@@ -107,7 +110,13 @@ for n in "${sizes[@]}"; do
     mkdir -p "$repo/.cache/bench/logs"
     cp "$FAKEGPU_CLUSTER_DIR/driver.log" "$repo/.cache/bench/logs/driver-$name-$n.log"
     cp "$FAKEGPU_CLUSTER_DIR/logs/operator.log" "$repo/.cache/bench/logs/operator-$name-$n.log" 2>/dev/null || true
+    cp "$FAKEGPU_CLUSTER_DIR/logs/replay.log" "$repo/.cache/bench/logs/replay-$n.log" 2>/dev/null || true
     head -n 1 "$FAKEGPU_CLUSTER_DIR/row.txt" >>"$results"
+    # fakegpu's per-node writes, for hack/bench/impl/fakegpu-replay.sh to send again on this size.
+    if [[ $name == fakegpu ]]; then
+      export FAKEGPU_BENCH_WRITES=$repo/.cache/bench/writes-$n-$pools.jsonl
+      target/release/replay capture "$FAKEGPU_BENCH_WRITES" "$FAKEGPU_CLUSTER_DIR"/logs/audit*.log
+    fi
     profiles+=("$name, $n nodes: $(grep -o 'CPU seconds during convergence.*' "$FAKEGPU_CLUSTER_DIR/driver.log" || true); $(grep -o 'per-node writes done [0-9.]* s' "$FAKEGPU_CLUSTER_DIR/driver.log" || true)")
     wait
     if [[ -s $profile ]]; then

@@ -97,7 +97,7 @@ where
 /// all it reads of the answer (the resourceVersion, see [`once`]). The whole object, encoded
 /// by the API server and decoded here, is 2-8 KB for each node, topology ConfigMap and
 /// ResourceSlice written.
-const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+pub const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
 /// Sends a write built for `api` and reads the metadata of the object it answers with.
 async fn metadata_answer<K>(
