@@ -5,7 +5,8 @@
 //! One run: create N KWOK nodes spread over P pools, wait until KWOK has initialized them, have
 //! the implementation set up the pools, and measure until every node has its GPUs (for fakegpu
 //! also its labels, ResourceSlice (DRA pools) and topology ConfigMap); the implementation's CPU
-//! time and peak RSS, the API server's CPU per node and its cores busy idle and converging; the
+//! time and peak RSS, the API server's CPU per node and its cores busy idle (before the pools,
+//! and again at rest once they have converged) and converging; the
 //! implementation's writes and request bytes per node (from the API server's audit log, the
 //! same for any implementation) in the
 //! first pass and in a resync (restart); then how fast the real scheduler binds M pods asking
@@ -225,6 +226,19 @@ fn cpu_used(
         .into_iter()
         .map(|(name, cpu)| (name, cpu - before.get(name).copied().unwrap_or(0.0)))
         .collect()
+}
+
+/// Cores each process keeps busy over `period` while nothing is asked of the cluster.
+async fn cores_at_rest(
+    implementation: &Implementation,
+    period: Duration,
+) -> anyhow::Result<BTreeMap<&'static str, f64>> {
+    let before = cpu_by_process(Some(implementation))?;
+    tokio::time::sleep(period).await;
+    Ok(cpu_used(&before, cpu_by_process(Some(implementation))?)
+        .into_iter()
+        .map(|(name, cpu)| (name, cpu / period.as_secs_f64()))
+        .collect())
 }
 
 /// The implementation's writes, as the audit log tells them.
@@ -603,13 +617,11 @@ async fn main() -> anyhow::Result<()> {
 
     // What the cluster costs with no pool at all (KWOK's heartbeats and leases, the controllers'
     // resyncs): the floor under every number below.
-    let idle_before = cpu_by_process(Some(&implementation))?;
     let idle = Duration::from_secs(10);
-    tokio::time::sleep(idle).await;
-    let idle_cpu = cpu_used(&idle_before, cpu_by_process(Some(&implementation))?);
+    let idle_cores = cores_at_rest(&implementation, idle).await?;
     eprintln!(
         "CPU cores busy before any pool ({idle:.0?} idle): {}",
-        per_process(&idle_cpu, idle.as_secs_f64())
+        per_process(&idle_cores, 1.0)
     );
 
     let layout = write_layout(&args)?;
@@ -664,8 +676,10 @@ async fn main() -> anyhow::Result<()> {
     let apiserver = profile.get("kube-apiserver").copied().unwrap_or_default();
     // Its cores busy with no pool and while converging: when the two are alike, its CPU per
     // node follows the time rather than the writes.
-    let apiserver_idle_cores =
-        idle_cpu.get("kube-apiserver").copied().unwrap_or_default() / idle.as_secs_f64();
+    let apiserver_idle_cores = idle_cores
+        .get("kube-apiserver")
+        .copied()
+        .unwrap_or_default();
     let apiserver_cores = apiserver / converge.as_secs_f64();
     first_pass
         .until_quiet(&mut audit, Duration::from_secs(5))
@@ -707,6 +721,13 @@ async fn main() -> anyhow::Result<()> {
         not_ready(&watched.nodes)
     );
     let (settling, rest_cores) = settle(&implementation).await?;
+    // The floor under the convergence's figures, measured once KWOK has stopped initializing
+    // nodes (it still is during the idle period before the pools).
+    let converged_idle_cores = cores_at_rest(&implementation, idle).await?;
+    eprintln!(
+        "CPU cores busy at rest with the pools converged ({idle:.0?}): {}",
+        per_process(&converged_idle_cores, 1.0)
+    );
     let (pods_cpu_before, _) = implementation.usage()?;
     let (gpu_rate, gpu_cpu) = profiled(
         Some(&implementation),
@@ -748,6 +769,10 @@ async fn main() -> anyhow::Result<()> {
         ("apiserver_cpu_ms_per_node", json!(apiserver / n * 1000.0)),
         ("apiserver_idle_cores", json!(apiserver_idle_cores)),
         ("apiserver_converging_cores", json!(apiserver_cores)),
+        (
+            "apiserver_converged_idle_cores",
+            json!(converged_idle_cores.get("kube-apiserver")),
+        ),
         (
             "first_pass_writes_per_node",
             json!(first_pass.count as f64 / n),
