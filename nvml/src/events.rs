@@ -46,8 +46,8 @@ impl Registrations {
     }
 
     /// The next fault `machine` (the document as it reads `now`) shows that this set is due to
-    /// be told of: XIDs first ([`Self::next_xid`]), then rises of the ECC error counts
-    /// ([`Self::next_ecc_error`]).
+    /// be told of: XIDs first (`next_xid`), then rises of the ECC error counts
+    /// (`next_ecc_error`).
     pub fn next_fault(&mut self, machine: &Machine, now: Instant) -> Option<Fault> {
         self.next_xid(machine, now)
             .or_else(|| self.next_ecc_error(machine))

@@ -1,5 +1,5 @@
 //! What NVML reports, computed from a node's topology document: pure, no FFI. The FFI layer
-//! ([`crate::ffi`]) only copies these values into the caller's buffers.
+//! (`crate::ffi`) only copies these values into the caller's buffers.
 
 use fakegpu_api::{
     profiles::profile_by_product,

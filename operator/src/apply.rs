@@ -94,7 +94,7 @@ where
 }
 
 /// What fakegpu asks the API server to answer a write with: the object's metadata, which is
-/// all it reads of the answer (the resourceVersion, see [`once`]). The whole object, encoded
+/// all it reads of the answer (the resourceVersion, see `once`). The whole object, encoded
 /// by the API server and decoded here, is 2-8 KB for each node, topology ConfigMap and
 /// ResourceSlice written.
 pub const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";

@@ -386,7 +386,7 @@ fn spec_changes(
 }
 
 /// Nodes whose cached content changed. The cache keeps only what the controllers read (see
-/// [`node::slim`]), so KWOK's and the kubelet's heartbeats, which change nothing of it, no
+/// [`node::TrimmedNode`]), so KWOK's and the kubelet's heartbeats, which change nothing of it, no
 /// longer reconcile the node: at 5 000 nodes they were most of the operator's work.
 fn node_changes(
     nodes: impl Stream<Item = Arc<CachedNode>>,

@@ -1,7 +1,7 @@
 //! The plumbing every watched kind goes through, whichever controller reads it: watcher ->
 //! reflector (the cache reconciles read) -> the touched objects as the cache's own `Arc`s
-//! ([`shared_touched`]: applied *and* deleted objects: a deleted node changes its pool's
-//! status, a deleted topology ConfigMap must be written again) -> a fan-out ([`fan_out`]) to
+//! (`shared_touched`: applied *and* deleted objects: a deleted node changes its pool's
+//! status, a deleted topology ConfigMap must be written again) -> a fan-out (`fan_out`) to
 //! the controllers that need the events. kube's shared-store subscriptions were not used: they
 //! pass on applied objects only, and under load a pool deletion was seen to go unnoticed
 //! through them. Which kind feeds which controller is wired in [`crate::controllers`].

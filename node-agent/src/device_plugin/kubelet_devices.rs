@@ -151,8 +151,8 @@ impl std::fmt::Debug for Reporter {
 }
 
 impl Reporter {
-    /// Reports after every Allocate and every [`POLL_INTERVAL`], writing what changed, and
-    /// everything again every [`REWRITE_INTERVAL`] (a report deleted by hand, or with a node
+    /// Reports after every Allocate and every `POLL_INTERVAL`, writing what changed, and
+    /// everything again every `REWRITE_INTERVAL` (a report deleted by hand, or with a node
     /// that was replaced, comes back); runs until dropped. A kubelet without the socket is
     /// waited for, quietly after the first warning.
     pub async fn run(self) {

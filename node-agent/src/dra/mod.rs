@@ -3,7 +3,7 @@
 //! registration socket `<registry>/<driver>-reg.sock` ([`registration`]), the service socket
 //! `<plugins>/<driver>/dra.sock` ([`driver`]), CDI specs in the CDI directory ([`cdi`]),
 //! prepared claims in `<plugins>/<driver>/checkpoint.json` ([`checkpoint`]), and the node's
-//! ResourceSlice ([`slice`]).
+//! ResourceSlice ([`slice`](mod@slice)).
 
 pub mod cdi;
 pub mod channels;

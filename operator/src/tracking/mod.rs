@@ -13,8 +13,8 @@
 //! that share a GPU (annotation `runai-gpu` or label `runai-gpu-group`, no GPU request) have
 //! their use recorded on the GPU their reservation pod holds.
 //!
-//! One file per concern: [`requests`] (what pods ask for), [`sharing`] (reservation pods and
-//! their sharers), [`utilization`] (what pods use) and [`assign`] (who holds which slot).
+//! One file per concern: `requests` (what pods ask for), `sharing` (reservation pods and
+//! their sharers), `utilization` (what pods use) and `assign` (who holds which slot).
 
 mod assign;
 #[cfg(test)]
