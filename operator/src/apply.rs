@@ -207,7 +207,13 @@ where
     K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, None);
-    once(recent, target, object, replace(api, name, object, exists)).await
+    let sent = once(
+        recent,
+        target,
+        fingerprint(object),
+        replace(api, name, object, exists),
+    );
+    Ok(sent.await?.is_some())
 }
 
 /// [`apply`], unless `recent` shows the same apply still on its way to the cache; whether it
@@ -222,12 +228,20 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, None);
-    once(recent, target, object, apply(api, name, object)).await
+    let sent = once(
+        recent,
+        target,
+        fingerprint(object),
+        apply(api, name, object),
+    );
+    Ok(sent.await?.is_some())
 }
 
 /// [`patch_status`], unless `recent` shows the same write still on its way to the cache;
 /// whether it was sent. `same` is what makes two status writes the same (a status carries
-/// timestamps that differ between two computations of one intent).
+/// timestamps that differ between two computations of one intent). A patch sent is remembered
+/// as fakegpu's own last write of the object ([`RecentWrites::record_own`]): the watch event
+/// of the version it answered with is its echo, which only shows the patch done.
 pub async fn patch_status_once<K>(
     recent: &RecentWrites,
     api: &Api<K>,
@@ -239,23 +253,28 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let target = Target::new::<K>(name, Some("status"));
-    once(recent, target, same, patch_status(api, name, patch)).await
+    let fingerprint = fingerprint(same);
+    let written = once(recent, target, fingerprint, patch_status(api, name, patch)).await?;
+    if let Some(written) = &written {
+        recent.record_own(written, fingerprint, Instant::now());
+    }
+    Ok(written.is_some())
 }
 
-/// Sends `write` unless it repeats one the cache has not shown yet; whether it was sent.
+/// Sends `write` of a body with `fingerprint` unless it repeats one the cache has not shown
+/// yet; the API server's answer, if it was sent.
 async fn once<K: Resource>(
     recent: &RecentWrites,
     target: Target,
-    same: &impl Serialize,
+    fingerprint: u64,
     write: impl Future<Output = Result<K>>,
-) -> Result<bool> {
-    let fingerprint = fingerprint(same);
+) -> Result<Option<K>> {
     if recent.is_repeat(&target, fingerprint, Instant::now()) {
         tracing::debug!(
             ?target,
             "same write already sent; the cache has not shown it yet"
         );
-        return Ok(false);
+        return Ok(None);
     }
     let written = write.await?;
     recent.record(
@@ -264,7 +283,7 @@ async fn once<K: Resource>(
         written.meta().resource_version.as_deref(),
         Instant::now(),
     );
-    Ok(true)
+    Ok(Some(written))
 }
 
 /// Whether [`patch_status_once`] with `same` would skip the write as one the cache has not
@@ -407,6 +426,17 @@ mod tests {
         let answer = if code < 300 {
             let mut object = body;
             object["metadata"]["resourceVersion"] = json!("7");
+            // The API server answers with the object, named even where a patch's body is not.
+            if object["metadata"]["name"].is_null() {
+                let mut segments = uri.path().rsplit('/');
+                let last = segments.next().unwrap_or_default();
+                let name = if last == "status" {
+                    segments.next().unwrap_or_default()
+                } else {
+                    last
+                };
+                object["metadata"]["name"] = json!(name);
+            }
             object
         } else if code == 403 {
             // What NamespaceLifecycle answers a create in a namespace being deleted.
@@ -570,6 +600,37 @@ mod tests {
         );
         assert_eq!(request.accept, METADATA_ONLY);
         assert_eq!(request.body, patch);
+    }
+
+    #[tokio::test]
+    async fn a_status_patch_sent_once_is_known_by_its_echo() {
+        let patch = json!({"status": {"capacity": {"nvidia.com/gpu": "8"}}});
+        let recent = RecentWrites::default();
+        let (sent, seen) = against(&[200, 200], |client| {
+            let (patch, recent) = (patch.clone(), &recent);
+            async move {
+                let nodes: Api<Node> = Api::all(client);
+                let first = patch_status_once(recent, &nodes, "n1", &patch, &patch).await;
+                let again = patch_status_once(recent, &nodes, "n1", &patch, &patch).await;
+                (first.unwrap(), again.unwrap())
+            }
+        })
+        .await;
+        assert_eq!(sent, (true, false), "the same patch waits for its echo");
+        assert_eq!(seen.len(), 1);
+        let node = |version: &str| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n1", "resourceVersion": version}}))
+                .unwrap()
+        };
+        assert!(
+            !recent.is_own_echo(&node("6")),
+            "an event from before the patch"
+        );
+        assert!(
+            recent.is_own_echo(&node("7")),
+            "the version the patch answered"
+        );
+        assert!(!recent.is_own_echo(&node("7")), "told once");
     }
 
     #[tokio::test]

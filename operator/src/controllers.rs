@@ -119,7 +119,12 @@ pub async fn run(
     )
     .inspect(confirm(&recent));
     let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
-    let for_node_controller = node_changes(for_node_controller, nodes.clone());
+    // A node's own status patch comes back as an event that would reconcile it only to find
+    // the patch done (one reconcile in two while nodes join); the pools still count it.
+    let for_node_controller = own_echoes_dropped(
+        node_changes(for_node_controller, nodes.clone()),
+        recent.clone(),
+    );
     let pool_members = Arc::new(MembersIndex::default());
     let members_of_pools = pool_members.clone();
     let for_pool_controller = node_changes(for_pool_controller, nodes.clone())

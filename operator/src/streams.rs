@@ -218,7 +218,8 @@ where
 
 /// Drops the objects that fakegpu's own last write left as they are
 /// ([`RecentWrites::is_own_echo`]): a pod's GPUs annotation, written once for every pod given a
-/// GPU, came back as a pod event that reconciled the pod's node again only to find it written.
+/// GPU, came back as a pod event that reconciled the pod's node again only to find it written;
+/// so did a node's own status patch.
 pub(crate) fn own_echoes_dropped<K: kube::Resource<DynamicType = ()>>(
     objects: impl Stream<Item = Arc<K>>,
     recent: Arc<RecentWrites>,
