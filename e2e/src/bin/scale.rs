@@ -616,7 +616,8 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("KWOK initialized the nodes and they were Ready {node_init:.1?} later");
 
     // What the cluster costs with no pool at all (KWOK's heartbeats and leases, the controllers'
-    // resyncs): the floor under every number below.
+    // resyncs). At 10 000 nodes KWOK is often still writing the last nodes' status here; the
+    // sample at rest after convergence, below, is the truer floor.
     let idle = Duration::from_secs(10);
     let idle_cores = cores_at_rest(&implementation, idle).await?;
     eprintln!(
@@ -674,8 +675,8 @@ async fn main() -> anyhow::Result<()> {
     // Its idle floor (KWOK's heartbeats) is in there too: it cannot be taken out, as the API
     // server, once saturated, serves the heartbeats more slowly rather than using more CPU.
     let apiserver = profile.get("kube-apiserver").copied().unwrap_or_default();
-    // Its cores busy with no pool and while converging: when the two are alike, its CPU per
-    // node follows the time rather than the writes.
+    // Its cores busy with no pool and while converging: when the two are alike and the floor
+    // at rest (below) is as high, its CPU per node follows the time rather than the writes.
     let apiserver_idle_cores = idle_cores
         .get("kube-apiserver")
         .copied()
