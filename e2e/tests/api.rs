@@ -44,6 +44,28 @@ async fn crd_is_established_and_documented() -> anyhow::Result<()> {
         explained = kubectl(&["explain", "gpunodepool.spec.gpu"]);
     }
     let explained = explained?;
+    // Descriptions are prose, wrapped by kubectl alone: a doc comment's line breaks would cut
+    // its sentences ("XID errors, ECC" / "errors," / "thermal throttling").
+    let spec = kubectl(&["explain", "gpunodepool.spec"])?;
+    let flowing = spec.split_whitespace().collect::<Vec<_>>().join(" ");
+    ensure!(
+        flowing.contains("(XID errors, ECC errors, thermal throttling)"),
+        "`kubectl explain gpunodepool.spec` lacks the faults' description:\n{spec}"
+    );
+    let ragged: Vec<&str> = spec
+        .lines()
+        .zip(spec.lines().skip(1))
+        .filter(|(line, next)| {
+            let text = line.trim();
+            // A line of prose cut short: a next line of the same paragraph follows it.
+            !text.is_empty() && text.len() < 30 && text.ends_with(',') && !next.trim().is_empty()
+        })
+        .map(|(line, _)| line)
+        .collect();
+    ensure!(
+        ragged.is_empty(),
+        "`kubectl explain gpunodepool.spec` has ragged lines {ragged:?}:\n{spec}"
+    );
     for expected in [
         "GROUP:      fakegpu.dev",
         "Builtin profile:",
