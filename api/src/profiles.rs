@@ -437,6 +437,51 @@ pub fn profile(name: &str) -> Option<&'static GpuProfile> {
     PROFILES.iter().find(|p| p.name == name)
 }
 
+/// The builtin profile a mistyped name most likely meant, to say so where a pool names a profile
+/// the catalog lacks: the same name in other case, else the nearest by edit distance within a
+/// third of the name (`a10080gb` → `a100-80gb`), else the longest builtin name the name
+/// contains (`h100-sxm5` → `h100`). None when nothing is that close (`future-gpu`).
+pub fn closest_profile(name: &str) -> Option<&'static GpuProfile> {
+    let wanted = name.to_ascii_lowercase();
+    if let Some(same) = PROFILES.iter().find(|p| p.name == wanted) {
+        return Some(same);
+    }
+    let within = (wanted.chars().count() / 3).max(1);
+    let nearest = PROFILES
+        .iter()
+        .map(|p| (edit_distance(&wanted, p.name), p))
+        .filter(|(distance, _)| *distance <= within)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, p)| p);
+    nearest.or_else(|| {
+        PROFILES
+            .iter()
+            .filter(|p| wanted.contains(p.name))
+            .max_by_key(|p| p.name.len())
+    })
+}
+
+/// Levenshtein distance: the fewest single-character insertions, deletions and substitutions
+/// that turn `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// The catalog entry of a product name, written either as NVML reports it or as the
 /// `nvidia.com/gpu.product` label carries it (`Tesla K80` or `Tesla-K80`).
 pub fn profile_by_product(product: &str) -> Option<&'static GpuProfile> {

@@ -448,7 +448,7 @@ async fn contested_node_is_reported_by_both_pools_without_flapping() -> anyhow::
 async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()> {
     let (client, pool, node, cleanup) = pool_with_one_node("unknown").await?;
     let result = async {
-        create_pool(&client, &pool, json!({"gpu": {"profile": "future-gpu"}})).await?;
+        create_pool(&client, &pool, json!({"gpu": {"profile": "h100-sxm5"}})).await?;
         eventually("Ready=False UnknownProfile", CONVERGE, || async {
             let p = pools(&client).get(&pool).await?;
             Ok((condition(&p, "Ready") == Some(("False", "UnknownProfile"))).then_some(()))
@@ -460,7 +460,15 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
             "a pool that does not resolve labelled a node"
         );
 
-        warning_event(&client, &pool, "UnknownProfile", "future-gpu", CONVERGE).await?;
+        // The Event names the profile, lists the builtin ones and says which one it most
+        // likely meant.
+        for mention in [
+            "\"h100-sxm5\"",
+            "(builtin: a100, ",
+            "; did you mean \"h100\"?",
+        ] {
+            warning_event(&client, &pool, "UnknownProfile", mention, CONVERGE).await?;
+        }
 
         // Fixing the profile brings the pool up.
         pools(&client)

@@ -61,7 +61,7 @@ impl ResolvedGpu {
 /// Why a pool's GPUs cannot be resolved; reported as a pool condition, never a crash.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
-    #[error("profile {0:?} is not a builtin profile")]
+    #[error("{}", unknown_profile(.0))]
     UnknownProfile(String),
     #[error("without a profile, spec.gpu.{0} is required")]
     Missing(&'static str),
@@ -72,6 +72,19 @@ pub enum ResolveError {
     /// Out of the CRD's bounds: stored under an older CRD, or written past it.
     #[error("spec: {0}")]
     OutOfBounds(String),
+}
+
+/// What the condition and Event say of a profile the catalog lacks: the builtin ones, and the
+/// one the name most likely meant.
+fn unknown_profile(name: &str) -> String {
+    let builtin: Vec<&str> = profiles::PROFILES.iter().map(|p| p.name).collect();
+    let hint = profiles::closest_profile(name)
+        .map(|p| format!("; did you mean {:?}?", p.name))
+        .unwrap_or_default();
+    format!(
+        "profile {name:?} is not a builtin profile (builtin: {}){hint}",
+        builtin.join(", ")
+    )
 }
 
 impl ResolveError {
@@ -238,6 +251,35 @@ mod tests {
         assert_eq!(with_capability.architecture(), "Ada Lovelace");
         assert_eq!(resolved.driver_version, DEFAULT_DRIVER_VERSION);
         assert!(resolved.catalog.is_none());
+    }
+
+    #[test]
+    fn an_unknown_profile_lists_the_builtin_ones_and_the_closest() {
+        let said = |name: &str| ResolveError::UnknownProfile(name.into()).to_string();
+        let unknown = said("future-gpu");
+        assert!(unknown.starts_with("profile \"future-gpu\" is not a builtin profile (builtin: "));
+        for profile in crate::profiles::PROFILES {
+            assert!(
+                unknown.contains(profile.name),
+                "{unknown} lacks {}",
+                profile.name
+            );
+        }
+        assert!(!unknown.contains("did you mean"), "{unknown}");
+        for (typed, meant) in [
+            ("H100", "h100"),
+            ("h100-sxm5", "h100"),
+            ("a100-80gb-pcie", "a100-80gb"),
+            ("a10080gb", "a100-80gb"),
+            ("L40S", "l40s"),
+            ("gb20O", "gb200"),
+        ] {
+            assert!(
+                said(typed).ends_with(&format!("; did you mean \"{meant}\"?")),
+                "{typed}: {}",
+                said(typed)
+            );
+        }
     }
 
     #[test]
