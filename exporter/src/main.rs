@@ -42,7 +42,7 @@ use fakegpu_exporter::{
     knative::{self, Knative},
     render,
 };
-use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
+use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal, version_requested};
 use tracing::{info, warn};
 
 #[derive(Debug)]
@@ -164,7 +164,7 @@ async fn run() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    info!(%addr, %namespace, %prometheus, "exporter serving /metrics");
+    info!(%addr, %namespace, %prometheus, version = fakegpu_runtime::VERSION, "exporter serving /metrics");
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route(&format!("{NODE_REPORT_PATH}{{node}}"), get(node_report))
@@ -197,6 +197,9 @@ async fn readyz(State(exporter): State<Arc<Exporter>>) -> Response {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if version_requested("fakegpu-exporter") {
+        return ExitCode::SUCCESS;
+    }
     init_tracing("info");
     exit("exporter", run().await)
 }

@@ -36,7 +36,7 @@ use fakegpu_node_agent::{
     container::{self, ContainerEdits},
     device_plugin, dra, driver_root, metrics, topology_source,
 };
-use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal};
+use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal, version_requested};
 use futures::{FutureExt, future::Shared};
 use tokio::sync::{Notify, watch};
 use tracing::info;
@@ -134,7 +134,7 @@ async fn run() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, compute_domains = serve_channels, driver_root = ?driver_root, http = %http_addr, "node agent starting");
+    info!(node = %node, namespace = %namespace, device_plugin = serve_device_plugin, dra = serve_dra, compute_domains = serve_channels, driver_root = ?driver_root, http = %http_addr, version = fakegpu_runtime::VERSION, "node agent starting");
     let (sender, topology) = watch::channel(None);
     let follow =
         topology_source::follow(client.clone(), &namespace, &node, sender, metrics.clone());
@@ -261,6 +261,9 @@ async fn run() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if version_requested("fakegpu-node-agent") {
+        return ExitCode::SUCCESS;
+    }
     init_tracing("info");
     exit("node agent", run().await)
 }

@@ -9,6 +9,27 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tracing::error;
 use tracing_subscriber::EnvFilter;
 
+/// The workspace's version and the commit the binary was built from (see `build.rs`):
+/// `0.1.0 (commit 1c692ee5a0b1)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("FAKEGPU_GIT_COMMIT"),
+    ")"
+);
+
+/// Whether the command line asks for the version (`--version` or `-V`), which is then printed
+/// as `<program> <VERSION>`: the binary should exit at once.
+pub fn version_requested(program: &str) -> bool {
+    let asked = std::env::args()
+        .skip(1)
+        .any(|arg| arg == "--version" || arg == "-V");
+    if asked {
+        println!("{program} {VERSION}");
+    }
+    asked
+}
+
 /// Logs as `RUST_LOG` says, `default_filter` without it; colours only on a terminal.
 pub fn init_tracing(default_filter: &str) {
     tracing_subscriber::fmt()
@@ -96,6 +117,17 @@ pub fn exit(program: &str, result: anyhow::Result<()>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_names_the_commit() {
+        assert!(VERSION.starts_with(concat!(env!("CARGO_PKG_VERSION"), " (commit ")));
+        let commit = &VERSION[VERSION.find("commit ").map_or(0, |i| i + 7)..VERSION.len() - 1];
+        assert!(
+            commit == "unknown"
+                || commit.bytes().all(|b| b.is_ascii_hexdigit()) && commit.len() >= 7,
+            "{VERSION}"
+        );
+    }
 
     #[test]
     fn metrics_are_rendered_as_text() {
