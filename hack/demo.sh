@@ -5,12 +5,22 @@
 # partition one node's GPU as Run:ai's dynamic MIG does, and show what a user sees; then, where
 # the machine allows (Linux, root), build the images, add a real kubelet node, run the bundle
 # in-cluster and `kubectl exec` nvidia-smi in a real container. Everything keeps running; the
-# last line says how to stop it.
+# last lines say what to try next and how to stop it.
+#
+# What it needs from the machine is checked first (hack/lib/prerequisites.sh) and installed where
+# it can be (root on Debian or Ubuntu); where it cannot, it says so at once, and what it skips.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+# shellcheck source=hack/lib/prerequisites.sh
+source "$repo/hack/lib/prerequisites.sh"
 nodes_per_pool=${FAKEGPU_DEMO_NODES:-2}
-exporter_addr=${FAKEGPU_EXPORTER_ADDR:-127.0.0.1:19400}
+# Not 19400: that is where the real node's in-cluster exporter listens on the host (the demo's
+# own, and the test suite's while it runs beside the demo).
+exporter_addr=${FAKEGPU_EXPORTER_ADDR:-127.0.0.1:19410}
+
+echo "==> what the demo needs (hack/lib/prerequisites.sh)"
+prerequisites demo || exit 1
 
 eval "$(hack/cluster.sh up)"
 kubectl=target/hack-bin/kubectl
@@ -53,6 +63,7 @@ echo; echo "\$ kubectl get configmap -n fakegpu-system topology-$node -o jsonpat
 $kubectl get configmap -n fakegpu-system "topology-$node" -o jsonpath='{.data.topology\.yml}' | head -20
 
 echo; echo "==> GPU metrics: fakegpu-exporter on $exporter_addr, as its ServiceAccount"
+[[ -x target/debug/fakegpu-exporter ]] || echo "building fakegpu-exporter (the first build takes 1-3 minutes)"
 cargo build --quiet -p fakegpu-exporter
 exporter_kubeconfig=$(hack/operator.sh kubeconfig fakegpu-exporter)
 state=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
@@ -101,12 +112,29 @@ for _ in $(seq 1 50); do
 done
 NODE_NAME=$mig_node FAKEGPU_EXPORTER_URL=http://$exporter_addr target/debug/nvidia-smi -L || true
 
-echo; echo "==> a real node: kubelet, containerd and runc, with the bundle running in-cluster"
-if ! why=$(hack/node.sh check); then
-  echo "no real node on this machine ($why); the KWOK nodes above are the demo"
+# What to try next, on whichever nodes the demo ends with.
+next_steps() { # <real node, or empty>
+  echo
+  echo "What to try next (the book: docs/src/, or mdbook serve docs):"
+  echo "  kubectl edit gnp h100-kwok        # spec.gpu.count: 4, and the nodes' GPUs follow"
+  echo "  kubectl annotate node h100-kwok-0 fakegpu.dev/unhealthy-gpus=0,1   # allocatable drops to 6"
+  echo "  kubectl get gnp h100-kwok -o yaml # conditions, nodes, GPUs, allocated"
+  if [[ -n $1 ]]; then
+    echo "  kubectl exec -n demo real-gpu-pod -- nvidia-smi --query-gpu=name,memory.total --format=csv"
+  else
+    echo "  curl -s $exporter_addr/metrics | grep DCGM_FI_DEV_FB_USED"
+  fi
   echo
   echo "Use the cluster:"
   hack/cluster.sh env
+}
+
+echo; echo "==> a real node: kubelet, containerd and runc, with the bundle running in-cluster"
+why=${FAKEGPU_REAL_NODE_SKIP_WHY:-}
+[[ -n $why ]] || why=$(hack/node.sh check) || true
+if [[ -n $why ]]; then
+  echo "no real node on this machine ($why); the KWOK nodes above are the demo"
+  next_steps ""
   echo "Stop it: kill \$(cat $state/run/exporter.pid); hack/operator.sh stop; hack/cluster.sh down"
   exit 0
 fi
@@ -163,7 +191,5 @@ EOF
 $kubectl wait -n demo pod/nvml-probe --for=jsonpath='{.status.phase}'=Succeeded --timeout=90s >/dev/null
 show logs -n demo nvml-probe
 
-echo
-echo "Use the cluster:"
-hack/cluster.sh env
+next_steps "$real_node"
 echo "Stop it: hack/node.sh down; hack/cluster.sh down"

@@ -18,6 +18,8 @@
 #   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
 #                          cgroups, links, directories): hack/test.sh compares before and after
 #   hack/node.sh check     say whether this machine can run the node (Linux, root, runc, CNI)
+#   hack/node.sh running   print which node runs here and in which cluster's directory (the
+#                          demo's, say), or fail when none does
 #
 # Needs root, Linux, Debian's `runc` and `containernetworking-plugins`, and a running cluster
 # (KUBECONFIG from hack/cluster.sh, whose CA signs the node's certificates). One node per
@@ -70,6 +72,25 @@ nvml_probe_ref=fakegpu.local/nvml-probe:v1
 state=$dir/node
 proc_run_dir=$state
 proc_log_dir=$dir/logs
+
+# A node records on the host the cluster directory it joined; `down` and `running` follow that
+# record, so that the test suite (a cluster directory of its own) can find and stop the demo's
+# node, whose kubelet and containerd it did not start.
+adopt_recorded_cluster() {
+  local recorded
+  recorded=$(cat "$host_record/cluster-dir" 2>/dev/null) || return 0
+  [[ -n $recorded && $recorded != "$dir" && -d $recorded ]] || return 0
+  dir=$recorded
+  state=$dir/node
+  proc_run_dir=$state
+  proc_log_dir=$dir/logs
+}
+
+# Prints the running node's name and cluster directory; fails when no node of this script runs.
+running() {
+  [[ -f $host_record/owns-kubelet-root ]] && proc_running kubelet || return 1
+  echo "$node of the cluster in $dir"
+}
 
 log() { printf '[node] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -347,6 +368,7 @@ record_host_state() {
   done >"$host_record/host-dirs"
   if command -v nft >/dev/null; then nft list tables >"$host_record/nft-tables" 2>/dev/null || true; fi
   : >"$host_record/owns-kubelet-root"
+  echo "$dir" >"$host_record/cluster-dir"
 }
 
 start_kubelet() {
@@ -622,7 +644,8 @@ snapshot() {
 
 case ${1:-} in
   up) up ;;
-  down) down ;;
+  down) adopt_recorded_cluster; down ;;
+  running) adopt_recorded_cluster; running ;;
   load)
     [[ -n ${2:-} ]] || die "usage: $0 load ARCHIVE.tar..."
     shift
@@ -633,5 +656,5 @@ case ${1:-} in
   name) echo "$node" ;;
   snapshot) snapshot ;;
   check) check ;;
-  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|restart-kubelet|name|snapshot|check}" >&2; exit 2 ;;
+  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|restart-kubelet|name|snapshot|check|running}" >&2; exit 2 ;;
 esac

@@ -78,6 +78,7 @@ stop() {
 
 start() {
   install
+  [[ -x $binary ]] || log "building fakegpu-operator (cargo; the first build takes 3-6 minutes on 2 cores)"
   (cd "$repo" && cargo build --quiet -p fakegpu-operator)
   launch
 }

@@ -8,15 +8,33 @@
 # The real node needs Linux and root (hack/node.sh check says why not); where it cannot run,
 # FAKEGPU_SKIP_REAL_NODE=1 skips that phase, saying so, and nothing skips it silently.
 #
+# What it needs from the machine is checked, and installed where it can be, first
+# (hack/lib/prerequisites.sh): anything missing stops it at the start, saying what and how.
+#
 # The test cluster uses its own state directory and ports, so a demo cluster (hack/demo.sh) can
-# keep running beside it (but not its real node: one kubelet per machine).
+# keep running beside it; the demo's real node cannot (one kubelet per machine), and the suite
+# says at its start that it stops it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 # shellcheck source=hack/lib/zigbuild.sh
 source "$repo/hack/lib/zigbuild.sh"
+# shellcheck source=hack/lib/prerequisites.sh
+source "$repo/hack/lib/prerequisites.sh"
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "prerequisites (hack/lib/prerequisites.sh)"
+prerequisites test || exit 1
+echo "tools: $(go version), $(cargo --version), $(mdbook --version)"
+if [[ ${FAKEGPU_SKIP_REAL_NODE:-} != 1 ]] && hack/node.sh running >/dev/null; then
+  echo "a real node runs on this machine ($(hack/node.sh running), the demo's or a run cut off):"
+  echo "the suite needs the machine's one kubelet, so it stops that node (hack/node.sh down) before"
+  echo "its own; a demo's KWOK cluster keeps running (FAKEGPU_SKIP_REAL_NODE=1 leaves the node alone)"
+fi
+
+step "the book (hack/docs.sh: mdbook build, every internal link and anchor resolves)"
+hack/docs.sh
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -51,8 +69,8 @@ rm -rf "$FAKEGPU_CLUSTER_DIR"
 # The host as it is before anything runs: after the real node's teardown it must be the same
 # (everything else the suite starts keeps to its own directories and loopback ports).
 mkdir -p "$FAKEGPU_CLUSTER_DIR"
-# A node left by a run that was cut off (its record is on the host) goes first.
-hack/node.sh down
+# A node left by a run that was cut off or by the demo (its record is on the host) goes first.
+if [[ ${FAKEGPU_SKIP_REAL_NODE:-} != 1 ]]; then hack/node.sh down; fi
 hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/registry.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
@@ -84,6 +102,15 @@ for archive in target/images/*.tar; do
 done
 rm -rf "$again"
 echo "same binaries, same archives: $(cd target/images && ls ./*.tar | tr '\n' ' ')"
+# The images' binaries say which version and commit they are.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+commit=$(git rev-parse --short=12 HEAD)
+for binary in fakegpu-operator fakegpu-exporter fakegpu-node-agent; do
+  said=$("target/x86_64-unknown-linux-musl/release/$binary" --version)
+  [[ $said == "$binary $version (commit $commit)" ]] ||
+    { echo "$binary --version says \"$said\", not $version at $commit" >&2; exit 1; }
+  echo "$said"
+done
 # The library the node agent's image ships is loaded by GPU containers with their images' glibc:
 # NVIDIA's nvidia-smi through it, under Debian 11's glibc 2.31 (Ubuntu 20.04's), prints what
 # fakegpu's prints.
