@@ -24,7 +24,10 @@ fn git_head() -> Option<String> {
     .flatten()
     .chain(["packed-refs".to_owned()])
     {
-        if let Some(file) = git(&["rev-parse", "--git-path", &path]) {
+        // A file that does not exist would make cargo run this script at every build.
+        if let Some(file) = git(&["rev-parse", "--git-path", &path])
+            .filter(|file| std::path::Path::new(file).exists())
+        {
             println!("cargo:rerun-if-changed={file}");
         }
     }
