@@ -18,7 +18,7 @@
 # fetches the toolchain from the module proxy itself; without any Go, the toolchain module is
 # fetched from the proxy by hand.
 prerequisites_go_wanted=1.26.8
-# The book's builder (hack/docs.sh), from crates.io, built once into target/hack-bin.
+# The book's builder (hack/docs.sh), from crates.io.
 prerequisites_mdbook_version=0.5.4
 
 # Debian packages, with who needs them. Core: the control plane and the KWOK demo.
@@ -89,9 +89,13 @@ prerequisites_go() {
   export PATH=$dest/$module/bin:$PATH
 }
 
-# mdbook on PATH, built from crates.io into target/hack-bin the first time.
-prerequisites_mdbook() { # <repo>
-  local root=$1/target/hack-bin/mdbook-$prerequisites_mdbook_version
+# Tools built from crates.io, once per machine: the user's cache, like Go's (a fresh checkout,
+# CI's, does not build them again).
+prerequisites_tools=${XDG_CACHE_HOME:-$HOME/.cache}/fakegpu-tools
+
+# mdbook on PATH, built from crates.io the first time.
+prerequisites_mdbook() {
+  local root=$prerequisites_tools/mdbook-$prerequisites_mdbook_version
   if [[ ! -x $root/bin/mdbook ]]; then
     prerequisites_log "building mdbook $prerequisites_mdbook_version from crates.io for the book (the first time: 2 to 4 minutes)"
     cargo install --quiet --locked --root "$root" --no-default-features --features search \
@@ -171,7 +175,7 @@ prerequisites() {
       cargo clippy --version >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1 ||
         rustup component add clippy rustfmt >&2 ||
         unmet+=("clippy and rustfmt: rustup component add clippy rustfmt")
-      prerequisites_mdbook "$repo" ||
+      prerequisites_mdbook ||
         unmet+=("mdbook $prerequisites_mdbook_version: cargo install --locked mdbook@$prerequisites_mdbook_version")
     fi
     if ((want_suite)) || [[ $want_real_node == 1 && -z $real_node_why ]]; then
