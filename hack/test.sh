@@ -129,14 +129,35 @@ if command -v skopeo >/dev/null; then
   done
 fi
 
-step "images through a registry: skopeo copy to Debian's docker-registry on loopback"
+step "a release through a registry: hack/release.sh to Debian's docker-registry on loopback"
 registry=$(hack/registry.sh up)
 archived=$(hack/images.sh archives | cut -f1,2 | sed 's|^[^/]*/|'"$registry"'/|')
-pushed=$(FAKEGPU_REGISTRY_TLS_VERIFY=false hack/images.sh push "$registry")
+release=$FAKEGPU_CLUSTER_DIR/release
+FAKEGPU_REGISTRY_TLS_VERIFY=false hack/release.sh "v$version" "$registry" "$release" >/dev/null
+pushed=$(cat "$release/images.txt")
 [[ $pushed == "$archived" ]] ||
   { printf 'pushed:\n%s\nthe archives:\n%s\n' "$pushed" "$archived" >&2; exit 1; }
 echo "the registry serves each image with its archive's digest:"
 echo "$pushed"
+# install.yaml names exactly those images, each by its digest; the API server takes every
+# object of it; the checksums hold; each SBOM is CycloneDX naming its binary and its crates.
+pinned=$(sed -n 's/^ *image: *//p' "$release/install.yaml" | sort -u)
+[[ $pinned == "$(awk -F'\t' '{ print $1 "@" $2 }' "$release/images.txt" | sort -u)" ]] ||
+  { printf 'install.yaml names:\n%s\npushed:\n%s\n' "$pinned" "$pushed" >&2; exit 1; }
+target/hack-bin/kubectl apply --server-side --force-conflicts --dry-run=server \
+  --field-manager=fakegpu-release-check -f "$release/install.yaml" >/dev/null
+(cd "$release" && sha256sum --quiet --check SHA256SUMS)
+python3 - "$release"/sbom/*.cdx.json <<'EOF'
+import json, os, sys
+for path in sys.argv[1:]:
+    bom = json.load(open(path))
+    name = os.path.basename(path).removesuffix(".cdx.json")
+    crates = {c["name"] for c in bom["components"]}
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.5", path
+    assert bom["metadata"]["component"]["name"] in (name, name.replace("lib", "", 1).replace("-", "_")), path
+    assert "serde" in crates and len(crates) > 20, f"{path}: {len(crates)} crates"
+print(f"install.yaml pins every image by digest and applies (server dry run); SHA256SUMS holds; {len(sys.argv) - 1} SBOMs")
+EOF
 
 if [[ ${FAKEGPU_SKIP_REAL_NODE:-} == 1 ]]; then
   step "real node: SKIPPED (FAKEGPU_SKIP_REAL_NODE=1)"
