@@ -8,11 +8,13 @@
 #   hack/node.sh down      delete the node's pods, stop everything, undo what they did to the host
 #   hack/node.sh load TAR  import an OCI image archive into the node's containerd as
 #                          `kind load image-archive` does (hack/images.sh)
-#   hack/node.sh bundle [--pull-from REGISTRY]
+#   hack/node.sh bundle [--pull-from REGISTRY | --release DIR]
 #                          apply the install bundle through hack/local-overlay (operator,
 #                          exporter and node agents run in-cluster), with hack/images.sh's
 #                          archives loaded, or pulled by the kubelet from REGISTRY (plain HTTP)
-#                          as a mirror of the registry the bundle names
+#                          as a mirror of the registry the bundle names; or a release's
+#                          install.yaml (hack/release.sh's DIR), its pinned images pulled from
+#                          the registry it names
 #   hack/node.sh restart-kubelet   stop the kubelet and start it again (pods keep running)
 #   hack/node.sh name      print the node's name
 #   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
@@ -459,27 +461,55 @@ EOF
   done
 }
 
+# Lets the node's containerd pull the images a release's install.yaml pins (by digest) from
+# their registry, which serves plain HTTP on loopback here.
+pull_release_from() { # <registry host:port>
+  mkdir -p "$state/certs.d/$1"
+  cat >"$state/certs.d/$1/hosts.toml" <<EOF
+server = "http://$1"
+[host."http://$1"]
+  capabilities = ["pull", "resolve"]
+EOF
+}
+
 bundle() {
-  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port
+  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port source
   proc_running containerd || die "the node is not up: run $0 up"
-  if [[ ${1:-} == --pull-from ]]; then
-    [[ -n ${2:-} ]] || die "usage: $0 bundle [--pull-from REGISTRY]"
-    pull_from "$2"
-  else
-    for archive in "$images"/fakegpu-*.tar; do
-      [[ -f $archive ]] || die "no image archives in $images: run hack/images.sh"
-      load_archive "$archive"
-    done
-  fi
+  rm -rf "$dir/bundle"
+  mkdir -p "$dir/bundle"
+  source=$(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay")
+  case ${1:-} in
+    --pull-from)
+      [[ -n ${2:-} ]] || die "usage: $0 bundle [--pull-from REGISTRY | --release DIR]"
+      pull_from "$2"
+      ;;
+    --release)
+      [[ -f ${2:-}/install.yaml ]] || die "usage: $0 bundle --release DIR (a hack/release.sh output, with install.yaml)"
+      local registry
+      for registry in $(sed -n 's|^ *image: *\([^/]*\)/.*|\1|p' "$2/install.yaml" | sort -u); do
+        pull_release_from "$registry"
+      done
+      # The release's one file, with only what this control plane forces on it.
+      cp "$2/install.yaml" "$dir/bundle/install.yaml"
+      source="install.yaml
+components:
+- $(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay/component")"
+      ;;
+    *)
+      for archive in "$images"/fakegpu-*.tar; do
+        [[ -f $archive ]] || die "no image archives in $images: run hack/images.sh"
+        load_archive "$archive"
+      done
+      ;;
+  esac
   port=$(apiserver_url)
   port=${port##*:}
   # The overlay plus the one value it cannot know: this cluster's API server port.
-  mkdir -p "$dir/bundle"
   cat >"$dir/bundle/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-- $(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay")
+- $source
 configMapGenerator:
 - name: local-apiserver
   namespace: fakegpu-system
@@ -491,7 +521,7 @@ EOF
   k wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
   k -n fakegpu-system rollout status deployment/fakegpu-operator --timeout=180s >&2
   k -n fakegpu-system rollout status deployment/fakegpu-exporter --timeout=180s >&2
-  log "install bundle running in-cluster (hack/local-overlay; images ${2:+pulled from }${2:-loaded from $images})"
+  log "install bundle running in-cluster (${1:+$1 }${2:-images loaded from $images}, through hack/local-overlay)"
 }
 
 # --- teardown --------------------------------------------------------------------------------

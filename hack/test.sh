@@ -163,7 +163,7 @@ if [[ ${FAKEGPU_SKIP_REAL_NODE:-} == 1 ]]; then
   step "real node: SKIPPED (FAKEGPU_SKIP_REAL_NODE=1)"
   exit 0
 fi
-step "real node (hack/node.sh) with the install bundle in-cluster"
+step "real node (hack/node.sh) with the release's install.yaml in-cluster"
 if ! why=$(hack/node.sh check); then
   echo "this machine cannot run the real node: $why (FAKEGPU_SKIP_REAL_NODE=1 skips this phase)" >&2
   exit 1
@@ -171,9 +171,10 @@ fi
 # The bundle's own operator takes over from the host process the KWOK phase ran.
 hack/operator.sh stop
 hack/node.sh up
-# The kubelet pulls the bundle's images through the registry (a mirror of the one the bundle
-# names), as on a cluster that has them in a registry.
-hack/node.sh bundle --pull-from "$registry"
+# The release's install.yaml, as a user installs it (with only what this control plane forces:
+# hack/local-overlay/component); the kubelet pulls its images, pinned by digest, from the
+# registry the release pushed them to.
+hack/node.sh bundle --release "$release"
 
 step "e2e tests on the real node, inside real containers"
 # NVIDIA's GPU feature discovery and device plugin, for the `backend: mock` test.
@@ -181,6 +182,29 @@ hack/nvidia-components.sh >/dev/null
 # NVIDIA's nvidia-smi on the host, for the host's view of the pods' processes.
 FAKEGPU_REAL_NODE=$(hack/node.sh name) FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) \
   cargo test --locked -p fakegpu-e2e --test real_node -- --ignored --test-threads=1
+
+step "uninstall: the pools, then kubectl delete -f install.yaml, and no fakegpu object is left"
+kubectl=target/hack-bin/kubectl
+# A pool's finalizer gives its nodes back, which needs the operator: the pools go first.
+$kubectl delete gpunodepools --all --timeout=180s
+$kubectl delete -f "$release/install.yaml" --timeout=300s >/dev/null
+# What fakegpu made: its CRDs, RBAC, RuntimeClass, namespace, the DeviceClasses its pools own
+# and the slices its plugins published (the garbage collector and the kubelet take a moment),
+# and the labels it gave nodes.
+leftovers() {
+  $kubectl get crd,clusterrole,clusterrolebinding,runtimeclass,deviceclass,namespace -o name |
+    grep -E 'fakegpu|nvidia|noderesourcetopolog' || true
+  $kubectl get resourceslices -o name || true
+  $kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.metadata.labels}{"\n"}{end}' |
+    grep '"fakegpu\.dev/' || true
+}
+for _ in $(seq 1 90); do
+  left=$(leftovers)
+  [[ -z $left ]] && break
+  sleep 1
+done
+[[ -z $left ]] || { printf 'left behind after the uninstall:\n%s\n' "$left" >&2; exit 1; }
+echo "no fakegpu CRD, RBAC, RuntimeClass, DeviceClass, namespace, ResourceSlice or node label left"
 
 step "the archives load as kind loads them (ctr import --all-platforms --digests)"
 hack/node.sh load target/images/fakegpu-*.tar
