@@ -447,29 +447,24 @@ load_archive() { # <archive>
 
 # Makes <registry> (plain HTTP) the mirror of every registry the bundle's images name, and
 # forgets those images, so that the kubelet pulls them as on a cluster without archives.
+# Has the node's containerd fetch <host>'s images from <endpoint>, plain HTTP on loopback here,
+# <server> being where it would go without one.
+registry_hosts() { # <host> <endpoint> <server>
+  mkdir -p "$state/certs.d/$1"
+  cat >"$state/certs.d/$1/hosts.toml" <<EOF
+server = "$3"
+[host."http://$2"]
+  capabilities = ["pull", "resolve"]
+EOF
+}
+
 pull_from() { # <registry>
   local registry=$1 ref host
   for ref in $("$repo/hack/images.sh" refs); do
     host=${ref%%/*}
-    mkdir -p "$state/certs.d/$host"
-    cat >"$state/certs.d/$host/hosts.toml" <<EOF
-server = "https://$host"
-[host."http://$registry"]
-  capabilities = ["pull", "resolve"]
-EOF
+    registry_hosts "$host" "$registry" "https://$host"
     ctr_ images rm "$ref" >/dev/null 2>&1 || true
   done
-}
-
-# Lets the node's containerd pull the images a release's install.yaml pins (by digest) from
-# their registry, which serves plain HTTP on loopback here.
-pull_release_from() { # <registry host:port>
-  mkdir -p "$state/certs.d/$1"
-  cat >"$state/certs.d/$1/hosts.toml" <<EOF
-server = "http://$1"
-[host."http://$1"]
-  capabilities = ["pull", "resolve"]
-EOF
 }
 
 bundle() {
@@ -486,8 +481,9 @@ bundle() {
     --release)
       [[ -f ${2:-}/install.yaml ]] || die "usage: $0 bundle --release DIR (a hack/release.sh output, with install.yaml)"
       local registry
+      # The release's images are pinned by digest in the registry it pushed them to.
       for registry in $(sed -n 's|^ *image: *\([^/]*\)/.*|\1|p' "$2/install.yaml" | sort -u); do
-        pull_release_from "$registry"
+        registry_hosts "$registry" "$registry" "http://$registry"
       done
       # The release's one file, with only what this control plane forces on it.
       cp "$2/install.yaml" "$dir/bundle/install.yaml"
