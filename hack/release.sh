@@ -85,17 +85,13 @@ first_other=$(grep -nvE '^(Namespace|CustomResourceDefinition)$' <<<"$kinds" | h
 # SBOMs: the crates each shipped binary and library is built from, for the target it is built
 # for. cargo-cyclonedx writes one document per binary of every workspace member beside its
 # Cargo.toml: the shipped ones are moved into the release, the rest removed.
-cyclonedx=$prerequisites_tools/cargo-cyclonedx-$cyclonedx_version
-if [[ ! -x $cyclonedx/bin/cargo-cyclonedx ]]; then
-  log "building cargo-cyclonedx $cyclonedx_version from crates.io (the first time: 3 to 5 minutes)"
-  cargo install --quiet --locked --root "$cyclonedx" "cargo-cyclonedx@$cyclonedx_version" >&2
-fi
+prerequisites_cargo_tool cargo-cyclonedx "$cyclonedx_version" "the release's SBOMs"
 members=$(cargo metadata --no-deps --format-version 1 |
   python3 -c 'import json, os, sys; print("\n".join(os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"]))')
 sboms() { # <target> <document>:<release name>...
   local target=$1 entry
   shift
-  PATH=$cyclonedx/bin:$PATH cargo cyclonedx --format json --describe binaries --target "$target" \
+  cargo cyclonedx --format json --describe binaries --target "$target" \
     --spec-version 1.5 --no-build-deps -q >&2
   for entry in "$@"; do
     [[ -f $repo/${entry%%:*} ]] || die "cargo-cyclonedx wrote no ${entry%%:*}"

@@ -93,15 +93,23 @@ prerequisites_go() {
 # CI's, does not build them again).
 prerequisites_tools=${XDG_CACHE_HOME:-$HOME/.cache}/fakegpu-tools
 
-# mdbook on PATH, built from crates.io the first time.
-prerequisites_mdbook() {
-  local root=$prerequisites_tools/mdbook-$prerequisites_mdbook_version
-  if [[ ! -x $root/bin/mdbook ]]; then
-    prerequisites_log "building mdbook $prerequisites_mdbook_version from crates.io for the book (the first time: 2 to 4 minutes)"
-    cargo install --quiet --locked --root "$root" --no-default-features --features search \
-      "mdbook@$prerequisites_mdbook_version" >&2 || return 1
+# Puts <crate>@<version>'s binaries on PATH, building them from crates.io the first time
+# (<why>: what they are for, said while they build); further arguments go to cargo install.
+prerequisites_cargo_tool() { # <crate> <version> <why> [cargo install args...]
+  local crate=$1 version=$2 why=$3
+  shift 3
+  local root=$prerequisites_tools/$crate-$version
+  if [[ ! -x $root/bin/$crate ]]; then
+    prerequisites_log "building $crate $version from crates.io for $why (the first time: 2 to 5 minutes)"
+    cargo install --quiet --locked --root "$root" "$@" "$crate@$version" >&2 || return 1
   fi
   export PATH=$root/bin:$PATH
+}
+
+# mdbook on PATH, built from crates.io the first time.
+prerequisites_mdbook() {
+  prerequisites_cargo_tool mdbook "$prerequisites_mdbook_version" "the book" \
+    --no-default-features --features search
 }
 
 # Adds rustup's <target> (retrying: rustup's server can answer late).
