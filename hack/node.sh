@@ -71,9 +71,14 @@ prometheus_ref=fakegpu.local/prometheus:v1
 # (hack/nvml-check/cmd/nvml-probe), built against an older glibc than this machine's and
 # carrying it (Debian 11's, as Ubuntu 20.04's CUDA images do).
 nvml_probe_ref=fakegpu.local/nvml-probe:v1
-state=$dir/node
-proc_run_dir=$state
-proc_log_dir=$dir/logs
+# The node's state, pid files and logs live in its cluster's directory <dir>.
+use_cluster_dir() { # <dir>
+  dir=$1
+  state=$dir/node
+  proc_run_dir=$state
+  proc_log_dir=$dir/logs
+}
+use_cluster_dir "$dir"
 
 # A node records on the host the cluster directory it joined; `down` and `running` follow that
 # record, so that the test suite (a cluster directory of its own) can find and stop the demo's
@@ -82,10 +87,7 @@ adopt_recorded_cluster() {
   local recorded
   recorded=$(cat "$host_record/cluster-dir" 2>/dev/null) || return 0
   [[ -n $recorded && $recorded != "$dir" && -d $recorded ]] || return 0
-  dir=$recorded
-  state=$dir/node
-  proc_run_dir=$state
-  proc_log_dir=$dir/logs
+  use_cluster_dir "$recorded"
 }
 
 # Prints the running node's name and cluster directory; fails when no node of this script runs.
@@ -468,11 +470,11 @@ pull_from() { # <registry>
 }
 
 bundle() {
-  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port source
+  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port resource components=
   proc_running containerd || die "the node is not up: run $0 up"
   rm -rf "$dir/bundle"
   mkdir -p "$dir/bundle"
-  source=$(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay")
+  resource=$(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay")
   case ${1:-} in
     --pull-from)
       [[ -n ${2:-} ]] || die "usage: $0 bundle [--pull-from REGISTRY | --release DIR]"
@@ -487,9 +489,8 @@ bundle() {
       done
       # The release's one file, with only what this control plane forces on it.
       cp "$2/install.yaml" "$dir/bundle/install.yaml"
-      source="install.yaml
-components:
-- $(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay/component")"
+      resource=install.yaml
+      components="components: [$(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay/component")]"
       ;;
     *)
       for archive in "$images"/fakegpu-*.tar; do
@@ -504,8 +505,8 @@ components:
   cat >"$dir/bundle/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-resources:
-- $source
+resources: [$resource]
+$components
 configMapGenerator:
 - name: local-apiserver
   namespace: fakegpu-system

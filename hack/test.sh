@@ -27,8 +27,8 @@ step() { printf '\n==> %s\n' "$*"; }
 step "prerequisites (hack/lib/prerequisites.sh)"
 prerequisites test || exit 1
 echo "tools: $(go version), $(cargo --version), $(mdbook --version)"
-if [[ ${FAKEGPU_SKIP_REAL_NODE:-} != 1 ]] && hack/node.sh running >/dev/null; then
-  echo "a real node runs on this machine ($(hack/node.sh running), the demo's or a run cut off):"
+if [[ ${FAKEGPU_SKIP_REAL_NODE:-} != 1 ]] && running=$(hack/node.sh running); then
+  echo "a real node runs on this machine ($running, the demo's or a run cut off):"
   echo "the suite needs the machine's one kubelet, so it stops that node (hack/node.sh down) before"
   echo "its own; a demo's KWOK cluster keeps running (FAKEGPU_SKIP_REAL_NODE=1 leaves the node alone)"
 fi
