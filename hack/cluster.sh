@@ -88,7 +88,7 @@ build() {
   mkdir -p "$bin"
   build_module controlplane controlplane
   build_module kwok kwok
-  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     ln -sf controlplane "$bin/$name"
   done
 }
