@@ -71,22 +71,41 @@ with_progress() { # <what> <command...>
   return "$status"
 }
 
-build_module() { # <module dir under hack/> <binary name>
-  local module=$repo/hack/$1 out=$bin/$2 stamp
-  stamp=$(module_stamp "$module")
+build_module() { # <module dir under hack/> <binary name> [<extra -ldflags>]
+  local module=$repo/hack/$1 out=$bin/$2 ldflags="-s -w ${3:-}" stamp
+  stamp=$( (module_stamp "$module"; echo "$ldflags") | sha256sum | cut -c1-16)
   if [[ -x $out && -f $out.stamp && $(cat "$out.stamp") == "$stamp" ]]; then
     return
   fi
   log "building $2 from $module (first build takes 10-20 minutes on 2 cores)"
   local start=$SECONDS
-  with_progress "$2" bash -c "cd '$module' && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o '$out' ."
+  with_progress "$2" bash -c "cd '$module' && CGO_ENABLED=0 go build -trimpath -ldflags='$ldflags' -o '$out' ."
   echo "$stamp" >"$out.stamp"
   log "built $2 in $((SECONDS - start))s"
 }
 
+# The version stamps Kubernetes' own build sets (its hack/lib/version.sh), for the release the
+# controlplane module pins. Unstamped, the API server answers `v0.0.0-master+$Format:%H$`, which
+# Kueue refuses at start and `kubectl version` reports as an error. The module proxy carries a
+# release's version and date, not its git commit, so gitCommit stays empty, as a build outside
+# git leaves it.
+kube_version_ldflags() {
+  local version date major minor pkg
+  read -r version date < <(cd "$repo/hack/controlplane" &&
+    go list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
+  major=${version#v}
+  minor=${major#*.}
+  major=${major%%.*}
+  minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    printf -- '-X %s.%s=%s ' "$pkg" gitVersion "$version" "$pkg" gitMajor "$major" "$pkg" gitMinor "$minor" \
+      "$pkg" gitTreeState clean "$pkg" buildDate "$date" "$pkg" gitCommit ""
+  done
+}
+
 build() {
   mkdir -p "$bin"
-  build_module controlplane controlplane
+  build_module controlplane controlplane "$(kube_version_ldflags)"
   build_module kwok kwok
   for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     ln -sf controlplane "$bin/$name"

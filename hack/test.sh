@@ -74,6 +74,19 @@ if [[ ${FAKEGPU_SKIP_REAL_NODE:-} != 1 ]]; then hack/node.sh down; fi
 hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
 trap 'hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/registry.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
+# Stamped as Kubernetes' own build stamps it: Kueue refuses an API server whose version does not
+# parse, and `kubectl version` reports an unstamped client or server as an error.
+kube_version=$(go -C hack/controlplane list -m -f '{{.Version}}' k8s.io/kubernetes)
+target/hack-bin/kubectl version -o json | python3 -c '
+import json, sys
+said, want = json.load(sys.stdin), sys.argv[1]
+for side in ("clientVersion", "serverVersion"):
+    assert said[side]["gitVersion"] == want and said[side]["gitTreeState"] == "clean", (side, said[side])
+' "$kube_version"
+served=$(curl -sf --cacert "$FAKEGPU_CLUSTER_DIR/pki/ca.crt" "$(target/hack-bin/kubectl config view -o jsonpath='{.clusters[0].cluster.server}')/version")
+[[ $(python3 -c 'import json, sys; print(json.load(sys.stdin)["gitVersion"])' <<<"$served") == "$kube_version" ]] ||
+  { echo "the API server's /version answers $served, not $kube_version" >&2; exit 1; }
+echo "kubectl version and /version: $kube_version"
 
 step "operator from the install bundle (its ServiceAccount, its RBAC)"
 hack/operator.sh start
