@@ -33,6 +33,11 @@ pub mod label {
     /// Pod label of GPU sharing (Run:ai, KAI): the same value on a reservation pod and on the
     /// pods that share the GPU it holds. Pod tracking records the sharers' use on that GPU.
     pub const GPU_GROUP: &str = "runai-gpu-group";
+    /// Prefix of the pod labels KAI (v0.6 and later) puts on a pod that shares several GPUs
+    /// (annotation `gpu-fraction-num-devices` over 1): one `runai-gpu-group/<group>: <group>`
+    /// per GPU, in place of [`GPU_GROUP`]. Pod tracking records the pod's use on the GPU of
+    /// each group's reservation pod.
+    pub const MULTI_GPU_GROUP_PREFIX: &str = "runai-gpu-group/";
     /// Value of [`KWOK_TYPE`] on KWOK nodes.
     pub const KWOK_TYPE_VALUE: &str = "kwok";
 

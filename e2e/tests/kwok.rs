@@ -603,17 +603,20 @@ async fn pod_groups_tell_the_workload_type() -> anyhow::Result<()> {
 /// GPU sharing as Run:ai and KAI do it: a reservation pod in `kai-resource-reservation` (with
 /// `runtimeClassName: nvidia`, which the bundle's RuntimeClass makes admissible) holds a whole GPU, the operator tells it which (annotation `run.ai/reserve_for_gpu_index`, what the
 /// scheduler waits for), and a pod of the same `runai-gpu-group` asking for no GPU has its half
-/// share recorded on that GPU.
+/// share recorded on that GPU. A pod sharing two GPUs, as KAI labels it (one
+/// `runai-gpu-group/<group>` per GPU), has its half recorded on each.
 #[tokio::test]
 async fn gpu_sharing_pods_are_tracked_on_their_reservation_pods_gpu() -> anyhow::Result<()> {
     let (client, pool, node, namespace, cleanup) = kwok_scenario("share").await?;
     let reservations = "kai-resource-reservation";
     let reservation = format!("{pool}-reservation");
+    let second_group = format!("{pool}-b");
+    let second_reservation = format!("{pool}-reservation-b");
     let result = async {
         create_pool(
             &client,
             &pool,
-            json!({"gpu": {"profile": "h100", "count": 2}}),
+            json!({"gpu": {"profile": "h100", "count": 3}}),
         )
         .await?;
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
@@ -634,7 +637,7 @@ async fn gpu_sharing_pods_are_tracked_on_their_reservation_pods_gpu() -> anyhow:
         )
         .await?;
         topology_where(&client, &node, "GPU 0 held", |d| {
-            holders(d) == ["whole", ""]
+            holders(d) == ["whole", "", ""]
         })
         .await?;
         // As KAI writes them, with the `nvidia` RuntimeClass the bundle provides.
@@ -706,12 +709,63 @@ async fn gpu_sharing_pods_are_tracked_on_their_reservation_pods_gpu() -> anyhow:
                 && d.gpus[1].status.allocated_by.pod == reservation
         })
         .await?;
+
+        // KAI's multi-GPU fraction (`gpu-fraction-num-devices: 2`): a reservation pod per GPU
+        // group, and the pod labelled once per group, without the plain label.
+        create_kwok_pod_with(
+            &client,
+            reservations,
+            &second_reservation,
+            json!({"labels": {"runai-gpu-group": second_group}}),
+            json!({"nodeSelector": on_node, "runtimeClassName": "nvidia",
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        )
+        .await?;
+        let mut groups = serde_json::Map::new();
+        for group in [pool.as_str(), second_group.as_str()] {
+            groups.insert(format!("runai-gpu-group/{group}"), json!(group));
+        }
+        create_kwok_pod_with(
+            &client,
+            &namespace,
+            "two-halves",
+            json!({"labels": groups,
+                "annotations": {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}}),
+            json!({"nodeSelector": on_node}),
+        )
+        .await?;
+        let uid = running_pod(&client, &namespace, "two-halves", CONVERGE)
+            .await?
+            .uid()
+            .context("uid")?;
+        let document = topology_where(&client, &node, "the pod's half on both GPUs", |d| {
+            d.gpus[1..]
+                .iter()
+                .all(|g| g.status.pod_gpu_usage_status.contains_key(&uid))
+        })
+        .await?;
+        ensure!(
+            holders(&document) == ["whole", reservation.as_str(), second_reservation.as_str()],
+            "holders {:?}",
+            holders(&document)
+        );
+        for gpu in &document.gpus[1..] {
+            let share = &gpu.status.pod_gpu_usage_status[&uid];
+            ensure!(
+                share.fb_used == document.gpu_memory / 2,
+                "GPU {}: share {share:?}",
+                gpu.index
+            );
+        }
         Ok(())
     }
     .await;
-    let _ = Api::<Pod>::namespaced(client.clone(), reservations)
-        .delete(&reservation, &DeleteParams::default().grace_period(0))
-        .await;
+    for pod in [&reservation, &second_reservation] {
+        let _ = Api::<Pod>::namespaced(client.clone(), reservations)
+            .delete(pod, &DeleteParams::default().grace_period(0))
+            .await;
+    }
     cleanup.after(result).await
 }
 

@@ -220,9 +220,9 @@ pub fn assign(gpus: &mut [GpuTopology], users: &[GpuUser], mig_single: bool) -> 
 
 /// The slots a sharing pod uses: the one its `runai-gpu` names (as the reservation pod's
 /// annotation has it, or the GPU's UUID, or its index as older Run:ai releases wrote it), else
-/// every slot a reservation pod of its group holds (a pod may share several GPUs).
+/// every slot a reservation pod of one of its groups holds (a pod may share several GPUs).
 fn shared_slots(sharer: &GpuUser, slots: &[Slot<'_>], users: &[GpuUser]) -> Vec<usize> {
-    let Sharing::Shares { gpu, group } = &sharer.sharing else {
+    let Sharing::Shares { gpu, groups } = &sharer.sharing else {
         return Vec::new();
     };
     let reserved: Vec<(usize, &Option<String>, &Option<String>)> = slots
@@ -248,7 +248,7 @@ fn shared_slots(sharer: &GpuUser, slots: &[Slot<'_>], users: &[GpuUser]) -> Vec<
     }
     reserved
         .iter()
-        .filter(|(_, _, held_for)| group.is_some() && *held_for == group)
+        .filter(|(_, _, held_for)| held_for.as_ref().is_some_and(|g| groups.contains(g)))
         .map(|(at, _, _)| *at)
         .collect()
 }

@@ -10,8 +10,9 @@
 //!
 //! GPU sharing (Run:ai, KAI) adds two roles: a reservation pod (in a reservation namespace)
 //! holds whole GPUs as an extended-resource pod does but uses none of them itself, and pods
-//! that share a GPU (annotation `runai-gpu` or label `runai-gpu-group`, no GPU request) have
-//! their use recorded on the GPU their reservation pod holds.
+//! that share a GPU (annotation `runai-gpu`, label `runai-gpu-group` or, sharing several,
+//! `runai-gpu-group/<group>`; no GPU request) have their use recorded on the GPU their
+//! reservation pod holds.
 //!
 //! One file per concern: `requests` (what pods ask for), `sharing` (reservation pods and
 //! their sharers), `utilization` (what pods use) and `assign` (who holds which slot).

@@ -35,24 +35,33 @@ pub enum Sharing {
         reserved: Option<String>,
         group: Option<String>,
     },
-    /// A pod using the GPU of the reservation pod that its [`annotation::RUNAI_GPU`] or its
-    /// [`label::GPU_GROUP`] names.
+    /// A pod using the GPU of the reservation pod that its [`annotation::RUNAI_GPU`] names, or
+    /// the GPUs of the reservation pods of its groups: its [`label::GPU_GROUP`] and, for a pod
+    /// sharing several GPUs, each value of its [`label::MULTI_GPU_GROUP_PREFIX`] labels.
     Shares {
         gpu: Option<String>,
-        group: Option<String>,
+        groups: BTreeSet<String>,
     },
 }
 
 impl Sharing {
     pub(super) fn of(pod: &Pod, reservations: &ReservationNamespaces) -> Self {
-        let group = pod.labels().get(label::GPU_GROUP).cloned();
+        let labels = pod.labels();
         if reservations.contains(&pod.namespace().unwrap_or_default()) {
             let reserved = pod.annotations().get(annotation::RESERVED_GPU).cloned();
+            let group = labels.get(label::GPU_GROUP).cloned();
             return Self::Reservation { reserved, group };
         }
+        let groups: BTreeSet<String> = labels
+            .iter()
+            .filter(|(key, _)| {
+                *key == label::GPU_GROUP || key.starts_with(label::MULTI_GPU_GROUP_PREFIX)
+            })
+            .map(|(_, group)| group.clone())
+            .collect();
         match pod.annotations().get(annotation::RUNAI_GPU).cloned() {
-            None if group.is_none() => Self::None,
-            gpu => Self::Shares { gpu, group },
+            None if groups.is_empty() => Self::None,
+            gpu => Self::Shares { gpu, groups },
         }
     }
 
@@ -148,6 +157,32 @@ mod tests {
             // gpu-memory is MiB, at most the GPU's.
             assert_eq!(gpu.status.pod_gpu_usage_status["uid-wide"].fb_used, 1000);
         }
+        // KAI labels a pod sharing several GPUs once per GPU group, `runai-gpu-group/<group>`,
+        // each group's reservation pod holding one GPU: half of each is the pod's.
+        let mut topology = gpus(3);
+        let users = [
+            user(&reservation("r-a", "2026-01-01T00:00:00Z", "a"), &[]),
+            user(
+                &reservation("r-other", "2026-01-02T00:00:00Z", "other"),
+                &[],
+            ),
+            user(&reservation("r-b", "2026-01-03T00:00:00Z", "b"), &[]),
+            sharer(
+                "multi",
+                json!({"labels": {"runai-gpu-group/a": "a", "runai-gpu-group/b": "b"},
+                "annotations": {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}}),
+            ),
+        ];
+        assign(&mut topology, &users, false);
+        assert_eq!(holders(&topology), ["r-a", "r-other", "r-b"]);
+        for at in [0, 2] {
+            assert_eq!(
+                topology[at].status.pod_gpu_usage_status["uid-multi"].fb_used,
+                500
+            );
+        }
+        assert!(topology[1].status.pod_gpu_usage_status.is_empty());
+
         // A pod outside the reservation namespaces asking for a GPU is an ordinary holder.
         let plain = user(&asking("plain", "2026-01-01T00:00:00Z", 1), &[]);
         assert_eq!(plain.sharing, Sharing::None);
