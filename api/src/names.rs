@@ -611,8 +611,9 @@ pub mod container_env {
     pub const MOCK_VISIBLE_DEVICES: &str = "MOCK_NVIDIA_VISIBLE_DEVICES";
     /// The node the container runs on; nvidia-smi asks for that node's GPUs.
     pub const NODE_NAME: &str = "NODE_NAME";
-    /// Where nvidia-smi asks for its node's GPUs: the exporter's base URL
-    /// (`http://fakegpu-exporter.<namespace>.svc:9400`), set from the agent's own namespace so
+    /// Where nvidia-smi asks for its node's GPUs: the exporter's base URL, the Service's
+    /// ClusterIP as the kubelet gives it to the agent ([`super::exporter::SERVICE_HOST_ENV`]),
+    /// else `http://fakegpu-exporter.<namespace>.svc:9400` from the agent's own namespace, so
     /// no namespace is hard-coded (the reference's is).
     pub const EXPORTER_URL: &str = "FAKEGPU_EXPORTER_URL";
     /// Run:ai's fractional GPU share of the container (`0.5`); nvidia-smi shows that share of
@@ -691,6 +692,12 @@ pub mod exporter {
     /// [`crate::telemetry::DEFAULT_DRAW_INTERVAL_SECONDS`]): set on the exporter, and read by
     /// the NVML library, whose draws agree with the exporter's when both have the same.
     pub const DRAW_INTERVAL_ENV: &str = "FAKEGPU_UTILIZATION_INTERVAL_SECONDS";
+
+    /// What the kubelet sets in each container of the install namespace for the exporter's
+    /// Service (service links): its ClusterIP and its first port. The node agents read them
+    /// for the URL they give GPU containers ([`super::container_env::EXPORTER_URL`]).
+    pub const SERVICE_HOST_ENV: &str = "FAKEGPU_EXPORTER_SERVICE_HOST";
+    pub const SERVICE_PORT_ENV: &str = "FAKEGPU_EXPORTER_SERVICE_PORT";
 
     /// The exporter's base URL inside the cluster when installed in `namespace`.
     pub fn default_url(namespace: &str) -> String {

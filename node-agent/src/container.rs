@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use fakegpu_api::{
     names::{
-        container_env,
+        container_env, exporter,
         nvml::{CUDA_SONAME, DOCUMENT_BESIDE_LIBRARY, LIBRARY_SONAME, TOPOLOGY_ENV},
     },
     topology::NodeTopology,
@@ -34,6 +34,28 @@ pub struct ContainerEdits {
 pub struct HostMount {
     pub host: String,
     pub container: &'static str,
+}
+
+/// The exporter's base URL for GPU containers: the exporter Service's ClusterIP where the
+/// kubelet gave it to the agent (service links, in the install namespace), which a container
+/// reaches without cluster DNS (a `hostNetwork` pod resolves with the host's resolver; a
+/// cluster may run no DNS at all); else the Service's DNS name in `namespace`. `env` reads
+/// the agent's environment.
+pub fn exporter_url(namespace: &str, env: impl Fn(&str) -> Option<String>) -> String {
+    match (
+        env(exporter::SERVICE_HOST_ENV),
+        env(exporter::SERVICE_PORT_ENV),
+    ) {
+        (Some(host), Some(port)) if !host.is_empty() && !port.is_empty() => {
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            format!("http://{host}:{port}")
+        }
+        _ => exporter::default_url(namespace),
+    }
 }
 
 impl ContainerEdits {
@@ -188,6 +210,34 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn containers_ask_the_exporter_at_its_cluster_ip_where_the_kubelet_gave_it() {
+        let given = |host: &'static str| {
+            move |name: &str| match name {
+                "FAKEGPU_EXPORTER_SERVICE_HOST" => Some(host.to_owned()),
+                "FAKEGPU_EXPORTER_SERVICE_PORT" => Some("9400".to_owned()),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            exporter_url("gpu", given("10.0.0.7")),
+            "http://10.0.0.7:9400"
+        );
+        assert_eq!(
+            exporter_url("gpu", given("fd00::7")),
+            "http://[fd00::7]:9400"
+        );
+        // A pod started before the Service existed has no service links: the DNS name.
+        assert_eq!(
+            exporter_url("gpu", |_| None),
+            "http://fakegpu-exporter.gpu.svc:9400"
+        );
+        assert_eq!(
+            exporter_url("gpu", given("")),
+            "http://fakegpu-exporter.gpu.svc:9400"
+        );
+    }
 
     fn edits(dir: &Path) -> ContainerEdits {
         ContainerEdits {

@@ -13,7 +13,8 @@
 //!   `/var/run/cdi`);
 //! - `FAKEGPU_NVIDIA_SMI`: the fake nvidia-smi on the host (default
 //!   `/var/lib/fakegpu/bin/nvidia-smi`), and `FAKEGPU_EXPORTER_URL`, where that nvidia-smi
-//!   asks for the node's GPUs (default `http://fakegpu-exporter.<namespace>.svc:9400`);
+//!   asks for the node's GPUs (default: the exporter Service's ClusterIP from the kubelet's
+//!   service links, else `http://fakegpu-exporter.<namespace>.svc:9400`);
 //! - `FAKEGPU_NVML_DIR`: the host directory with the NVML library and the node's document that
 //!   containers given GPUs mount (default `/var/lib/fakegpu/nvml`);
 //! - `FAKEGPU_DRIVER_ROOT`: the host directory to lay out as an NVIDIA driver root for
@@ -25,7 +26,6 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 use anyhow::Context;
 use fakegpu_api::names::{
     container_env::{EXPORTER_URL, NODE_NAME},
-    exporter,
     fakegpu::{
         DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,
     },
@@ -65,7 +65,10 @@ async fn run() -> anyhow::Result<()> {
     let namespace = env_or(NAMESPACE_ENV, DEFAULT_NAMESPACE);
     let container = ContainerEdits {
         node: node.clone(),
-        exporter_url: env_or(EXPORTER_URL, &exporter::default_url(&namespace)),
+        exporter_url: env_or(
+            EXPORTER_URL,
+            &container::exporter_url(&namespace, |name| std::env::var(name).ok()),
+        ),
         nvidia_smi: PathBuf::from(env_or(
             "FAKEGPU_NVIDIA_SMI",
             "/var/lib/fakegpu/bin/nvidia-smi",
