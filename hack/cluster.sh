@@ -140,14 +140,19 @@ pki() {
   kubelet_client_cert
 }
 
-# The API server's names: the in-cluster ones, loopback, and the address of hack/node.sh's
-# bridge (10.88.0.1), where that node's pods reach the API server through its forwarder.
-apiserver_sans="DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.0.0.1,IP:10.88.0.1"
+# The address of hack/node.sh's bridge, where that node's forwarder relays to the API server:
+# the API server publishes it as the `kubernetes` Service's endpoint, where the node's
+# kube-proxy sends pods that use the Service (10.0.0.1:443, as in any cluster). KWOK nodes
+# run no pods and need none of it.
+node_bridge_ip=10.88.0.1
+# The API server's names: the in-cluster ones (the Service's name and ClusterIP), loopback, and
+# the bridge's address.
+apiserver_sans="DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.0.0.1,IP:$node_bridge_ip"
 
 # Issues the serving certificate, and again for a cluster created before its last name was
 # added (read at the API server's next start).
 apiserver_cert() {
-  if ! openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q 'IP Address:10.88.0.1'; then
+  if ! openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$node_bridge_ip"; then
     issue_cert apiserver "/CN=kube-apiserver" "$apiserver_sans"
   fi
 }
@@ -227,7 +232,7 @@ rules:
 EOF
   start kube-apiserver kube-apiserver \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$apiserver_port" \
+    --bind-address=127.0.0.1 --advertise-address="$node_bridge_ip" --secure-port="$apiserver_port" \
     --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
     --client-ca-file="$dir/pki/ca.crt" \
     --kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt" \
@@ -239,7 +244,7 @@ EOF
     --service-account-key-file="$dir/pki/sa.pub" \
     --service-account-signing-key-file="$dir/pki/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
-    --endpoint-reconciler-type=none \
+    --endpoint-reconciler-type=lease \
     --allow-privileged=true \
     --audit-policy-file="$audit_policy" --audit-log-path="$dir/logs/audit.log" \
     --audit-log-maxsize=200 --audit-log-maxbackup=1

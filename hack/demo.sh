@@ -15,8 +15,8 @@ cd "$repo"
 # shellcheck source=hack/lib/prerequisites.sh
 source "$repo/hack/lib/prerequisites.sh"
 nodes_per_pool=${FAKEGPU_DEMO_NODES:-2}
-# Not 19400: that is where the real node's in-cluster exporter listens on the host (the demo's
-# own, and the test suite's while it runs beside the demo).
+# The host exporter for the KWOK half, on loopback; the real node's in-cluster exporter is on
+# the pod network behind its Service.
 exporter_addr=${FAKEGPU_EXPORTER_ADDR:-127.0.0.1:19410}
 
 echo "==> what the demo needs (hack/lib/prerequisites.sh)"
@@ -140,8 +140,8 @@ if [[ -n $why ]]; then
 fi
 echo "building the images (hack/images.sh: a cold build takes 5-10 minutes, cargo shows its progress)"
 hack/images.sh >/dev/null
-# The bundle's own operator and exporter take over from the host processes above (the
-# exporter's port is the in-cluster one's).
+# The bundle's own operator and exporter take over from the host processes above (one of
+# each serves the cluster, as a user's install has it).
 kill "$(cat "$state/run/exporter.pid")" 2>/dev/null || true
 hack/operator.sh stop
 hack/node.sh up

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # A real kubelet node in the local cluster of hack/cluster.sh: kubelet (built from the same
 # Kubernetes modules as the control plane), containerd 2 (from the Go module proxy), Debian's
-# runc and CNI plugins, and a pause image built here. All traffic stays on this machine: the
-# kubelet on loopback, pods on the node's own bridge, which routes nowhere else.
+# runc and CNI plugins, a pause image built here, and kube-proxy (nftables) for Services as
+# any cluster has them. All traffic stays on this machine: the kubelet on loopback, pods on
+# the node's own bridge, which routes nowhere else.
 #
 #   hack/node.sh up        build what is missing, start containerd and the kubelet, wait for Ready
 #   hack/node.sh down      delete the node's pods, stop everything, undo what they did to the host
 #   hack/node.sh load TAR  import an OCI image archive into the node's containerd as
 #                          `kind load image-archive` does (hack/images.sh)
 #   hack/node.sh bundle [--pull-from REGISTRY | --release DIR]
-#                          apply the install bundle through hack/local-overlay (operator,
-#                          exporter and node agents run in-cluster), with hack/images.sh's
-#                          archives loaded, or pulled by the kubelet from REGISTRY (plain HTTP)
-#                          as a mirror of the registry the bundle names; or a release's
-#                          install.yaml (hack/release.sh's DIR), its pinned images pulled from
-#                          the registry it names
+#                          apply the install bundle as it is (config/: operator, exporter and
+#                          node agents run in-cluster), with hack/images.sh's archives loaded,
+#                          or pulled by the kubelet from REGISTRY (plain HTTP) as a mirror of
+#                          the registry the bundle names; or a release's install.yaml
+#                          (hack/release.sh's DIR) as it is, its pinned images pulled from the
+#                          registry it names
 #   hack/node.sh restart-kubelet   stop the kubelet and start it again (pods keep running)
 #   hack/node.sh name      print the node's name
 #   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
@@ -23,7 +24,7 @@
 #   hack/node.sh running   print which node runs here and in which cluster's directory (the
 #                          demo's, say), or fail when none does
 #
-# Needs root, Linux, Debian's `runc` and `containernetworking-plugins`, and a running cluster
+# Needs root, Linux, Debian's `runc`, `containernetworking-plugins` and `nftables`, and a running cluster
 # (KUBECONFIG from hack/cluster.sh, whose CA signs the node's certificates). One node per
 # machine: the kubelet's ports and /var/lib/kubelet (which the install bundle's hostPaths name)
 # are the host's. Node name: $FAKEGPU_NODE_NAME (default fakegpu-node-0).
@@ -51,12 +52,16 @@ containerd_sock=$node_run/containerd.sock
 cni_network=fakegpu
 cni_bridge=fakegpu0
 cni_subnet=10.88.0.0/24
-# The bridge's own address, the pods' gateway. Pods reach the API server and the exporter
-# (which listen on the host's loopback only) here, through hack/forward; hack/cluster.sh's
-# serving certificate names it.
+# The bridge's own address, the pods' gateway. The API server (on the host's loopback only)
+# is relayed here by hack/forward; hack/cluster.sh publishes it as the `kubernetes` Service's
+# endpoint and its serving certificate names it.
 bridge_ip=10.88.0.1
-# Where the bundle's exporter listens on the host (hack/local-overlay), and pods reach it.
-exporter_port=19400
+# hack/cluster.sh's --service-cluster-ip-range: routed to the bridge, so that the host reaches
+# ClusterIPs (kube-proxy's rules) on a machine without a default route too.
+service_cidr=10.0.0.0/24
+# kube-proxy's health and metrics, on loopback.
+proxy_healthz=127.0.0.1:10256
+proxy_metrics=127.0.0.1:10249
 # Host directories the node's pods write into (CDI specs, nvidia-smi, CNI leases): `down`
 # removes what was put there, and the directory itself when `up` created it.
 host_dirs=(/var/run/cdi /var/lib/fakegpu /var/lib/cni)
@@ -108,6 +113,7 @@ check() {
   [[ $(uname -s) == Linux ]] || { echo "not Linux"; return 1; }
   [[ $(id -u) == 0 ]] || { echo "not root (the kubelet and containerd need root)"; return 1; }
   command -v runc >/dev/null || { echo "runc not found (apt-get install runc)"; return 1; }
+  command -v nft >/dev/null || { echo "nft not found (apt-get install nftables): kube-proxy needs it"; return 1; }
   [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
     { echo "CNI plugins not found (apt-get install containernetworking-plugins)"; return 1; }
   [[ -x /bin/busybox ]] && grep -q 'not a dynamic' <(ldd /bin/busybox 2>&1) ||
@@ -248,30 +254,57 @@ fill_nvml_probe() {
 # --- configuration ---------------------------------------------------------------------------
 
 # The node's client certificate (Node authorizer, NodeRestriction) and its serving certificate,
-# signed by the cluster's CA; sets $client and $serving, their paths without .crt/.key.
+# signed by the cluster's CA, and kube-proxy's client certificate; sets $client, $serving and
+# $proxy_client, their paths without .crt/.key.
 certificates() {
   client=$("$repo/hack/cluster.sh" cert "$node-client" "/O=system:nodes/CN=system:node:$node")
+  # The user the API server's default binding gives kube-proxy's role (system:node-proxier).
+  proxy_client=$("$repo/hack/cluster.sh" cert kube-proxy "/CN=system:kube-proxy")
   serving=$("$repo/hack/cluster.sh" cert "$node-serving" "/O=system:nodes/CN=system:node:$node" \
     "IP:127.0.0.1,DNS:$node")
+}
+
+# A kubeconfig for the cluster's API server with a client certificate (<cert>.crt/.key).
+kubeconfig() { # <server> <cert>
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "$1", certificate-authority: "$dir/pki/ca.crt"}
+users:
+- name: client
+  user: {client-certificate: "$2.crt", client-key: "$2.key"}
+contexts:
+- name: client
+  context: {cluster: local, user: client}
+current-context: client
+EOF
 }
 
 configure() {
   local server
   server=$(apiserver_url)
   mkdir -p "$state" "$state/cni"
-  cat >"$state/kubelet.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "$server", certificate-authority: "$dir/pki/ca.crt"}
-users:
-- name: $node
-  user: {client-certificate: "$client.crt", client-key: "$client.key"}
-contexts:
-- name: $node
-  context: {cluster: local, user: $node}
-current-context: $node
+  kubeconfig "$server" "$client" >"$state/kubelet.kubeconfig"
+  kubeconfig "$server" "$proxy_client" >"$state/kube-proxy.kubeconfig"
+  # nftables (its own tables, which `--cleanup` removes), every Service connection masqueraded
+  # (the bridge has no br_netfilter: a pod's reply to another pod must come back through the
+  # host), and the host's conntrack sysctls left as they are (0: do not set).
+  cat >"$state/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: "$state/kube-proxy.kubeconfig"}
+hostnameOverride: $node
+mode: nftables
+nftables: {masqueradeAll: true}
+clusterCIDR: $cni_subnet
+detectLocalMode: ClusterCIDR
+bindAddress: 127.0.0.1
+healthzBindAddress: $proxy_healthz
+metricsBindAddress: $proxy_metrics
+nodePortAddresses: [127.0.0.1/32]
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
   # Loopback only; webhook authentication and authorization, so that `kubectl logs/exec` work
   # with the API server's kubelet client certificate and nothing else reaches the kubelet.
@@ -338,11 +371,13 @@ state = "$node_run/containerd"
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$state/cni"
 EOF
-  # A bridge without masquerading: pods reach each other and the host, nothing else.
+  # A bridge without masquerading: pods reach each other, the host, and the Services'
+  # ClusterIPs through the host (kube-proxy); no default route, nothing else.
   cat >"$state/cni/10-$cni_network.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "$cni_network", "plugins": [
   {"type": "bridge", "bridge": "$cni_bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cni_subnet"}]]}}
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cni_subnet"}]],
+     "routes": [{"dst": "$service_cidr", "gw": "$bridge_ip"}]}}
 ]}
 EOF
 }
@@ -421,23 +456,29 @@ up() {
   k patch node "$node" --subresource=status --type=merge \
     -p '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"'"$node"'"}]}}' >/dev/null
   proc_wait_for "node $node" 120 node_ready
-  log "node $node Ready in $((SECONDS - start))s (kubelet, containerd $containerd_version, runc, CNI bridge $cni_bridge)"
+  start kube-proxy "$bin/kube-proxy" --config="$state/kube-proxy.yaml" --v=2
+  proc_wait_for kube-proxy 60 curl -sf "http://$proxy_healthz/healthz"
+  log "node $node Ready in $((SECONDS - start))s (kubelet, containerd $containerd_version, runc, CNI bridge $cni_bridge, kube-proxy)"
 }
 
 # The pods' bridge, made before any pod (the CNI plugin would make it with the first one, and
-# takes it as it finds it), and the forwarder that lets pods on it reach the API server and
-# the exporter on the host's loopback. Nothing routes the bridge anywhere else.
+# takes it as it finds it), the route of the Services' ClusterIPs, and the forwarder that lets
+# pods on it reach the API server on the host's loopback. Nothing routes the bridge anywhere
+# else.
 bridge_network() {
   local port
   port=$(apiserver_url)
   port=${port##*:}
   openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$bridge_ip" ||
     die "the API server's certificate does not name $bridge_ip: restart the cluster (hack/cluster.sh down; hack/cluster.sh up)"
+  [[ $(k get endpointslices -n default -l kubernetes.io/service-name=kubernetes \
+    -o jsonpath='{.items[*].endpoints[*].addresses[*]}') == "$bridge_ip" ]] ||
+    die "the kubernetes Service's endpoint is not $bridge_ip: restart the cluster (hack/cluster.sh down; hack/cluster.sh up)"
   ip link show "$cni_bridge" >/dev/null 2>&1 || ip link add "$cni_bridge" type bridge
   ip addr replace "$bridge_ip/${cni_subnet#*/}" dev "$cni_bridge"
   ip link set "$cni_bridge" up
-  start forward "$bin/forward" "$bridge_ip:$port=127.0.0.1:$port" \
-    "$bridge_ip:$exporter_port=127.0.0.1:$exporter_port"
+  ip route replace "$service_cidr" dev "$cni_bridge" src "$bridge_ip"
+  start forward "$bin/forward" "$bridge_ip:$port=127.0.0.1:$port"
 }
 
 # --- the install bundle, in-cluster ---------------------------------------------------------
@@ -470,11 +511,8 @@ pull_from() { # <registry>
 }
 
 bundle() {
-  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive port resource components=
+  local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive source=(-k "$repo/config")
   proc_running containerd || die "the node is not up: run $0 up"
-  rm -rf "$dir/bundle"
-  mkdir -p "$dir/bundle"
-  resource=$(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay")
   case ${1:-} in
     --pull-from)
       [[ -n ${2:-} ]] || die "usage: $0 bundle [--pull-from REGISTRY | --release DIR]"
@@ -487,10 +525,7 @@ bundle() {
       for registry in $(sed -n 's|^ *image: *\([^/]*\)/.*|\1|p' "$2/install.yaml" | sort -u); do
         registry_hosts "$registry" "$registry" "http://$registry"
       done
-      # The release's one file, with only what this control plane forces on it.
-      cp "$2/install.yaml" "$dir/bundle/install.yaml"
-      resource=install.yaml
-      components="components: [$(realpath --relative-to="$dir/bundle" "$repo/hack/local-overlay/component")]"
+      source=(-f "$2/install.yaml")
       ;;
     *)
       for archive in "$images"/fakegpu-*.tar; do
@@ -499,26 +534,13 @@ bundle() {
       done
       ;;
   esac
-  port=$(apiserver_url)
-  port=${port##*:}
-  # The overlay plus the one value it cannot know: this cluster's API server port.
-  cat >"$dir/bundle/kustomization.yaml" <<EOF
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources: [$resource]
-$components
-configMapGenerator:
-- name: local-apiserver
-  namespace: fakegpu-system
-  literals: [host=$bridge_ip, port=$port, exporter-url=http://$bridge_ip:$exporter_port]
-generatorOptions: {disableNameSuffixHash: true}
-EOF
-  # The install owns what it applies, over any hand edit (a test scaling the operator).
-  k apply --server-side --force-conflicts --field-manager=fakegpu-install -k "$dir/bundle" >/dev/null
+  # As a user applies it. The install owns what it applies, over any hand edit (a test
+  # scaling the operator).
+  k apply --server-side --force-conflicts --field-manager=fakegpu-install "${source[@]}" >/dev/null
   k wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
   k -n fakegpu-system rollout status deployment/fakegpu-operator --timeout=180s >&2
   k -n fakegpu-system rollout status deployment/fakegpu-exporter --timeout=180s >&2
-  log "install bundle running in-cluster (${1:+$1 }${2:-images loaded from $images}, through hack/local-overlay)"
+  log "install bundle running in-cluster (${1:+$1 }${2:-images loaded from $images}: ${source[*]})"
 }
 
 # --- teardown --------------------------------------------------------------------------------
@@ -621,6 +643,9 @@ down() {
   [[ -f $host_record/owns-kubelet-root ]] || { log "no node of hack/node.sh here"; return 0; }
   [[ -z $(kubelets_elsewhere) ]] || die "a kubelet this checkout did not start runs on $kubelet_root: stop it first"
   delete_pods
+  # Its rules go with it (nftables tables, and any iptables chains an older mode left).
+  proc_stop kube-proxy
+  "$bin/kube-proxy" --cleanup >>"$dir/logs/kube-proxy.log" 2>&1 || true
   proc_stop kubelet
   remove_containers
   proc_stop containerd
@@ -666,7 +691,7 @@ snapshot() {
     if [[ -e $d ]]; then find "$d" -maxdepth 2 | sort; fi
   done
   echo "# processes"
-  pgrep -a -f "$bin/(kubelet|containerd|forward)|containerd-shim-runc-v2 .*$containerd_sock" | awk '{print $2}' | sort || true
+  pgrep -a -f "$bin/(kubelet|containerd|forward|kube-proxy)|containerd-shim-runc-v2 .*$containerd_sock" | awk '{print $2}' | sort || true
 }
 
 case ${1:-} in

@@ -184,9 +184,9 @@ fi
 # The bundle's own operator takes over from the host process the KWOK phase ran.
 hack/operator.sh stop
 hack/node.sh up
-# The release's install.yaml, as a user installs it (with only what this control plane forces:
-# hack/local-overlay/component); the kubelet pulls its images, pinned by digest, from the
-# registry the release pushed them to.
+# The release's install.yaml as it is, as a user installs it (the node's kube-proxy routes the
+# `kubernetes` Service and the exporter's); the kubelet pulls its images, pinned by digest,
+# from the registry the release pushed them to.
 hack/node.sh bundle --release "$release"
 
 step "e2e tests on the real node, inside real containers"

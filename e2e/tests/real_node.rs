@@ -165,7 +165,7 @@ async fn run_on_real_node(
 }
 
 /// A pod on the real node running `script` in hack/node.sh's busybox image, on the node's pod
-/// network (nvidia-smi there asks the exporter through the node's bridge).
+/// network (nvidia-smi there asks the exporter at its Service's ClusterIP).
 async fn create_real_pod(
     client: &Client,
     namespace: &str,
@@ -1257,6 +1257,7 @@ async fn kubelet_choice(client: &Client, pool: &str, namespace: &str) -> anyhow:
     // of the pod carries the same GPU (both read the document through the exporter).
     let process = format!("{given}, ");
     let series = format!("UUID=\"{given}\"");
+    let exporter = exporter_service(client).await?;
     eventually(
         "nvidia-smi and the exporter name the pod's GPU",
         CONVERGE,
@@ -1271,7 +1272,7 @@ async fn kubelet_choice(client: &Client, pool: &str, namespace: &str) -> anyhow:
                 "--query-compute-apps=gpu_uuid,process_name",
                 "--format=csv,noheader",
             ])?;
-            let metrics = fakegpu_e2e::http_get(EXPORTER, "/metrics")?;
+            let metrics = fakegpu_e2e::http_get(&exporter, "/metrics")?;
             let of_pod: Vec<&str> = metrics
                 .lines()
                 .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.contains("pod=\"given\""))
@@ -1478,22 +1479,22 @@ async fn claim_configurations(client: &Client, pool: &str, namespace: &str) -> a
     Ok(())
 }
 
-/// Where the bundle's exporter listens on the real node's loopback (hack/local-overlay), for
-/// the test itself; pods reach it at [`exporter_for_pods`].
-const EXPORTER: &str = "127.0.0.1:19400";
-
-/// Where pods reach the bundle's exporter (host:port): the address hack/node.sh bundle gives
-/// the node agents for nvidia-smi, on the node's bridge.
-async fn exporter_for_pods(client: &Client) -> anyhow::Result<String> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let local = Api::<ConfigMap>::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE)
-        .get("local-apiserver")
+/// The bundle's exporter as its Service publishes it (ClusterIP:port): the test on the host
+/// and pods on the node reach it there through the node's kube-proxy, as in any cluster.
+async fn exporter_service(client: &Client) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::Service;
+    let service = Api::<Service>::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE)
+        .get(fakegpu_api::names::exporter::SERVICE)
         .await?;
-    let url = local
-        .data
-        .and_then(|d| d.get("exporter-url").cloned())
-        .context("ConfigMap local-apiserver has no exporter-url")?;
-    Ok(url.trim_start_matches("http://").to_owned())
+    let spec = service.spec.context("the exporter's Service has no spec")?;
+    let ip = spec
+        .cluster_ip
+        .context("the exporter's Service has no ClusterIP")?;
+    let port = spec
+        .ports
+        .and_then(|ports| ports.first().map(|p| p.port))
+        .context("the exporter's Service has no port")?;
+    Ok(format!("{ip}:{port}"))
 }
 
 #[tokio::test]
@@ -1512,7 +1513,7 @@ async fn prometheus_scrape(client: &Client, pool: &str, namespace: &str) -> anyh
     let node = real_node();
     node_uuids(client, &node, pool).await?;
     advertised(client, &node, "nvidia.com/gpu", "2").await?;
-    let exporter = exporter_for_pods(client).await?;
+    let exporter = exporter_service(client).await?;
     let config: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "prometheus", "namespace": namespace},
         "data": {"prometheus.yml": format!(

@@ -1,6 +1,6 @@
 // Command forward relays TCP connections from one address to another until SIGTERM. hack/node.sh
 // runs it so that pods on the real node's bridge network reach what listens on the host's
-// loopback only (the API server, the exporter): `forward 10.88.0.1:16443=127.0.0.1:16443 ...`.
+// loopback only (the API server): `forward 10.88.0.1:16443=127.0.0.1:16443 ...`.
 // The bridge is the node's own and joins no other network, so nothing leaves the machine.
 package main
 

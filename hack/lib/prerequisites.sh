@@ -38,6 +38,8 @@ prerequisites_image_packages=(
 prerequisites_real_node_packages=(
   "runc:the real node's container runtime"
   "containernetworking-plugins:the real node's pod network (CNI bridge)"
+  "nftables:the real node's kube-proxy (nftables mode) and the host snapshot hack/node.sh compares"
+  "iptables:the kubelet's and kube-proxy's iptables canaries, and the host snapshot"
   "busybox-static:a shell for the real node's test and demo pods"
 )
 # The rest of the test suite.
