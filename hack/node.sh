@@ -513,6 +513,8 @@ pull_from() { # <registry>
 bundle() {
   local images=${FAKEGPU_IMAGES_DIR:-$repo/target/images} archive source=(-k "$repo/config")
   proc_running containerd || die "the node is not up: run $0 up"
+  # Registry mirrors of an earlier bundle (--pull-from, --release) go: each way sets its own.
+  rm -rf "$state/certs.d"
   case ${1:-} in
     --pull-from)
       [[ -n ${2:-} ]] || die "usage: $0 bundle [--pull-from REGISTRY | --release DIR]"
@@ -538,8 +540,10 @@ bundle() {
   # scaling the operator).
   k apply --server-side --force-conflicts --field-manager=fakegpu-install "${source[@]}" >/dev/null
   k wait --for=condition=Established crd/gpunodepools.fakegpu.dev crd/computedomains.resource.nvidia.com --timeout=60s >/dev/null
-  k -n fakegpu-system rollout status deployment/fakegpu-operator --timeout=180s >&2
-  k -n fakegpu-system rollout status deployment/fakegpu-exporter --timeout=180s >&2
+  # Available, not `rollout status`: a Deployment applied before any node could run it (the
+  # demo's, while the images were building) is past its progress deadline already.
+  k -n fakegpu-system wait --for=condition=Available --timeout=180s \
+    deployment/fakegpu-operator deployment/fakegpu-exporter >/dev/null
   log "install bundle running in-cluster (${1:+$1 }${2:-images loaded from $images}: ${source[*]})"
 }
 
