@@ -336,6 +336,13 @@ pub fn channel_slice_spec(node: &str) -> ResourceSliceSpec {
     }
 }
 
+/// Name of the ResourceSlice the node agent's kubelet plugin of DRA driver `driver` publishes
+/// for `node`, `<node>-<driver>`. The operator removes it when the node's pool stops serving
+/// the driver.
+pub fn plugin_slice_name(node: &str, driver: &str) -> String {
+    format!("{node}-{driver}")
+}
+
 /// Slice `name` of `node` with `spec`'s devices, labelled `labels` and owned by the node (the
 /// garbage collector removes it with the node). Its pool generation is `current`'s, raised by
 /// one when the devices change (the scheduler trusts the newest generation of a pool).

@@ -49,7 +49,25 @@ pub struct NodeTopology {
     /// Extended resources advertised next to the GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_devices: Vec<OtherDevice>,
+    /// The DRA drivers the node's pool serves (`gpu.nvidia.com` for `spec.interfaces.dra`,
+    /// `compute-domain.nvidia.com` for `computeDomains`). The node agent's kubelet plugin of
+    /// a driver publishes the node's ResourceSlice only while it is listed: a plugin that
+    /// stays only to unprepare the claims the node's pods hold (the pool stopped serving it)
+    /// offers nothing new. `None` in documents written before the field: every plugin
+    /// publishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra_drivers: Option<Vec<String>>,
     pub gpus: Vec<GpuTopology>,
+}
+
+impl NodeTopology {
+    /// Whether the node's kubelet plugin of DRA driver `driver` publishes its slice (see
+    /// [`NodeTopology::dra_drivers`]).
+    pub fn serves_driver(&self, driver: &str) -> bool {
+        self.dra_drivers
+            .as_ref()
+            .is_none_or(|drivers| drivers.iter().any(|d| d == driver))
+    }
 }
 
 fn is_zero(value: &u32) -> bool {

@@ -26,7 +26,8 @@ use crate::topology_source::Topology;
 
 #[derive(Debug)]
 pub struct ChannelDevices {
-    /// The node's document: the slice is published while the node belongs to a pool.
+    /// The node's document: the slice is published while the node belongs to a pool that
+    /// serves ComputeDomains.
     pub topology: Topology,
 }
 
@@ -97,6 +98,9 @@ impl Devices for ChannelDevices {
 
     fn slice(&self, node: &Node, current: Option<&ResourceSlice>) -> Option<ResourceSlice> {
         let document = self.topology.borrow().clone()?;
+        if !document.serves_driver(DRIVER) {
+            return None;
+        }
         let name = node.name_any();
         Some(node_slice(
             &self.slice_name(&name),

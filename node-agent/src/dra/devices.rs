@@ -29,6 +29,6 @@ pub trait Devices: Send + Sync + std::fmt::Debug {
 
     /// Name of the node's slice, `<node>-<driver>`.
     fn slice_name(&self, node: &str) -> String {
-        format!("{node}-{}", self.driver())
+        fakegpu_api::dra::plugin_slice_name(node, self.driver())
     }
 }

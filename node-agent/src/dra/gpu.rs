@@ -80,6 +80,9 @@ impl Devices for GpuDevices {
 
     fn slice(&self, node: &Node, current: Option<&ResourceSlice>) -> Option<ResourceSlice> {
         let document = self.topology.borrow().clone()?;
+        if !document.serves_driver(GPU_DRIVER) {
+            return None;
+        }
         let name = self.slice_name(&node.name_any());
         Some(gpu_slice(
             &name,
@@ -137,6 +140,23 @@ mod tests {
 
     fn result(pool: &str, device: &str) -> serde_json::Value {
         json!({"driver": "gpu.nvidia.com", "pool": pool, "device": device, "request": "gpu"})
+    }
+
+    #[test]
+    fn publishes_the_node_s_gpus_only_while_its_pool_serves_dra() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u"}}))
+            .expect("test node");
+        // A document of a writer before `draDrivers`: published as before.
+        let slice = devices(topology()).slice(&node, None).expect("published");
+        assert_eq!(slice.metadata.name.as_deref(), Some("n-gpu.nvidia.com"));
+        assert_eq!(slice.spec.devices.map_or(0, |d| d.len()), 2);
+        let mut served = topology();
+        served.dra_drivers = Some(vec!["gpu.nvidia.com".into()]);
+        assert!(devices(served).slice(&node, None).is_some());
+        // The pool stopped serving DRA (the plugin stays for the claims its pods hold).
+        let mut stopped = topology();
+        stopped.dra_drivers = Some(vec!["compute-domain.nvidia.com".into()]);
+        assert!(devices(stopped).slice(&node, None).is_none());
     }
 
     #[test]

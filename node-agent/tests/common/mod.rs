@@ -79,6 +79,7 @@ pub fn report(profile: &GpuProfile) -> NodeReport {
             compute_capability: profile.compute_capability.to_string(),
             power_limit_watts: profile.power_limit_watts,
             other_devices: Vec::new(),
+            dra_drivers: None,
             gpus,
         },
         utilization,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     faults::{GpuFault, GpuFaults},
     meta,
-    names::{annotation, fakegpu::POOL_LABEL, topology as names},
+    names::{annotation, compute_domain, fakegpu::POOL_LABEL, resource, topology as names},
     pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
     topology::{
         FORMAT_VERSION, GpuTopology, Health, MigDevice, NodeTopology, OtherDevice, gpu_uuid,
@@ -138,8 +138,22 @@ pub fn desired_topology(
                 count: r.count,
             })
             .collect(),
+        dra_drivers: Some(served_drivers(pool)),
         gpus,
     }
+}
+
+/// The DRA drivers `pool` serves, whose kubelet plugins publish its nodes' devices.
+fn served_drivers(pool: &GpuNodePool) -> Vec<String> {
+    let interfaces = &pool.spec.interfaces;
+    [
+        (interfaces.dra, resource::GPU_DRIVER),
+        (interfaces.compute_domains, compute_domain::DRIVER),
+    ]
+    .into_iter()
+    .filter(|(served, _)| *served)
+    .map(|(_, driver)| driver.to_owned())
+    .collect()
 }
 
 /// The ConfigMap holding `document` for `node`. It is owned by the Node, so the garbage
@@ -296,6 +310,22 @@ mod tests {
         assert_eq!(
             numa_zones(&numa(json!({"zones": 2, "gpusPerZone": [1, 1]})), 4),
             [0, 1, 1, 1]
+        );
+    }
+
+    #[test]
+    fn the_document_names_the_dra_drivers_the_pool_serves() {
+        let drivers = |interfaces: serde_json::Value| {
+            let pool = pool(json!({"gpu": {"profile": "gb200"}, "interfaces": interfaces}));
+            let gpu = resolve(&pool.spec.gpu).expect("resolves");
+            let document = desired_topology(&pool, &gpu, "n", None, &Failing::default());
+            [resource::GPU_DRIVER, compute_domain::DRIVER].map(|d| document.serves_driver(d))
+        };
+        assert_eq!(drivers(json!({"devicePlugin": true})), [false, false]);
+        assert_eq!(drivers(json!({"dra": true})), [true, false]);
+        assert_eq!(
+            drivers(json!({"dra": true, "computeDomains": true})),
+            [true, true]
         );
     }
 
