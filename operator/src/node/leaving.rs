@@ -15,6 +15,9 @@ const PLUGINS: [(&str, &str); 2] = [
     (compute_domain::DRIVER, label::DEPLOY_COMPUTE_DOMAIN_PLUGIN),
 ];
 
+/// The DRA drivers whose kubelet plugin fakegpu runs on nodes.
+pub const PLUGIN_DRIVERS: [&str; 2] = [PLUGINS[0].0, PLUGINS[1].0];
+
 /// Whether `claim` is reserved for a pod and allocated devices of `driver` on `node`.
 fn in_use_on(claim: &ResourceClaim, node: &str, driver: &str) -> bool {
     let Some(status) = claim.status.as_ref() else {

@@ -20,6 +20,7 @@ use std::{
 
 use fakegpu_api::{
     GpuNodePool,
+    dra::plugin_slice_name,
     faults::GpuFault,
     kubelet_devices::KubeletDevices,
     names::{annotation, condition, fakegpu::POOL_LABEL},
@@ -191,6 +192,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
             ensure_slices(&ctx, &node, &pool, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
+            remove_unserved_plugin_slices(&ctx, &node, Some(&topology)).await?;
             announce_reservations(&ctx, &node.name_any(), &topology, &users).await?;
             record_assignments(&ctx, &node.name_any(), &topology, &users).await?;
             report_malformed_utilization(&ctx, &node.name_any()).await;
@@ -230,6 +232,14 @@ async fn ensure_node(
     }
     let mut labels = labels::desired_labels(pool, gpu, has_kubelet(node));
     labels.extend(mig_answer.labels);
+    if has_kubelet(node) {
+        // A pool that stopped serving a DRA driver keeps its plugin on the node while the
+        // node's pods hold claims it prepared, as a node leaving its pool does.
+        let lingering = leaving::lingering_labels(&ctx.caches.claims.state(), &node.name_any());
+        for (key, value) in lingering {
+            labels.entry(key).or_insert(value);
+        }
+    }
     let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
     let unhealthy = topology.gpus.iter().filter(|g| !g.health.is_healthy());
     let unhealthy_gpus = u32::try_from(unhealthy.count()).unwrap_or(u32::MAX);
@@ -607,6 +617,30 @@ async fn ensure_slices(
     sync_slice(ctx, &name, &channels, current, desired).await
 }
 
+/// Removes the node agent's slices of the drivers the node's document (`None`: the node left
+/// its pool) does not list. Its plugin publishes none of them once it reads the document, but
+/// the plugin's pod may already be on its way out and would leave the slice to the kubelet,
+/// which wipes a driver's slices only about 30 s after it unregisters: claims allocated from
+/// it meanwhile bind their pods to a node that cannot prepare them.
+async fn remove_unserved_plugin_slices(
+    ctx: &Context,
+    node: &CachedNode,
+    document: Option<&NodeTopology>,
+) -> Result<()> {
+    let name = node.name_any();
+    for driver in leaving::PLUGIN_DRIVERS {
+        if document.is_some_and(|d| d.serves_driver(driver)) {
+            continue;
+        }
+        let slice = plugin_slice_name(&name, driver);
+        let current = cached_slice(ctx, &slice);
+        if current.is_some() {
+            sync_slice(ctx, &name, &slice, current, None).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes slice `name` as `desired`, or removes it when nothing is desired.
 async fn sync_slice(
     ctx: &Context,
@@ -733,6 +767,7 @@ pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
     for slice in [slice::slice_name(&name), slice::channel_slice_name(&name)] {
         sync_slice(ctx, &name, &slice, cached_slice(ctx, &slice), None).await?;
     }
+    remove_unserved_plugin_slices(ctx, node, None).await?;
     remove_nrt(ctx, &name, cached_nrt(ctx, &name).is_some()).await?;
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");
