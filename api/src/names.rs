@@ -279,7 +279,7 @@ pub mod resource {
     pub const XID_TAINT: &str = "gpu.nvidia.com/xid";
 }
 
-/// Node conditions.
+/// Node and pod conditions.
 pub mod condition {
     /// Node condition (type) that fake-backend pool nodes carry once `nvidia.com/gpu` is
     /// allocatable: schedulers doing GPU fractions (Run:ai, KAI) wait for it. Written by the
@@ -289,6 +289,10 @@ pub mod condition {
     /// `spec.faults` or the node's `fakegpu.dev/gpu-faults`), naming them; absent otherwise, as
     /// node-problem-detector's problem conditions. Also the reason of the node's Warning Event.
     pub const GPU_FAULT: &str = "fakegpu.dev/GpuFault";
+    /// Pod condition (type) the kubelet sets `True` once the pod's sandbox is up, which it
+    /// makes only after its DRA drivers prepared the pod's claims. Pod tracking counts a
+    /// claim's devices as a pod's only then (or once the pod runs).
+    pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
 }
 
 /// Names fakegpu itself puts on objects.

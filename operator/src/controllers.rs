@@ -434,7 +434,8 @@ fn pod_changes(
 }
 
 /// What the controllers read of a (slimmed, see [`pods::slim`]) pod, hashed: of its phase
-/// only whether it finished (see [`tracking::is_active`]).
+/// and conditions only whether it finished (see [`tracking::is_active`]) and whether its
+/// claims were prepared ([`tracking::claims_prepared`]).
 fn pod_fingerprint(pod: &Pod) -> u64 {
     let meta = &pod.metadata;
     fingerprint(&(
@@ -448,6 +449,7 @@ fn pod_fingerprint(pod: &Pod) -> u64 {
             .as_ref()
             .and_then(|s| s.resource_claim_statuses.as_ref()),
         tracking::is_active(pod),
+        tracking::claims_prepared(pod),
     ))
 }
 

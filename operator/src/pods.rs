@@ -7,6 +7,7 @@ use std::{
     sync::Arc,
 };
 
+use fakegpu_api::names::condition;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use kube::runtime::{
     reflector::{ObjectRef, Store},
@@ -22,8 +23,8 @@ pub fn watch_config() -> watcher::Config {
 }
 
 /// Drops what tracking never reads: managed fields, volumes, images, environments, container
-/// statuses. Keeps names, resources and claims, annotations and labels, phase and claim
-/// statuses.
+/// statuses, conditions but one. Keeps names, resources and claims, annotations and labels,
+/// phase, claim statuses and whether the sandbox is up (see [`tracking::claims_prepared`]).
 pub fn slim(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     let slim_container = |c: &Container| Container {
@@ -43,9 +44,16 @@ pub fn slim(pod: &mut Pod) {
         spec.tolerations = None;
     }
     if let Some(status) = pod.status.as_mut() {
+        let sandbox = status.conditions.take().map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == condition::POD_READY_TO_START_CONTAINERS)
+                .collect::<Vec<_>>()
+        });
         *status = PodStatus {
             phase: status.phase.take(),
             resource_claim_statuses: status.resource_claim_statuses.take(),
+            conditions: sandbox.filter(|c| !c.is_empty()),
             ..Default::default()
         };
     }
@@ -154,6 +162,16 @@ mod tests {
         let status = p.status.as_ref().expect("status");
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert!(status.container_statuses.is_none());
+        // Of the conditions, only whether the sandbox is up (the claims were prepared).
+        let mut pending = pod("b", "n");
+        pending.status = serde_json::from_value(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "PodReadyToStartContainers", "status": "True"}]}))
+        .expect("status");
+        slim(&mut pending);
+        let conditions = pending.status.and_then(|s| s.conditions).expect("kept");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, "PodReadyToStartContainers");
     }
 
     #[test]

@@ -425,6 +425,39 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_whose_claim_was_never_prepared_holds_nothing() {
+        // Bound with a claim its node's driver cannot prepare: Pending, no sandbox, for good.
+        let mut stuck = claimant("stuck", "2026-01-01T00:00:00Z", "gpu");
+        stuck.status = serde_json::from_value(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "PodReadyToStartContainers", "status": "False"}]}))
+        .expect("status");
+        let stuck = gpu_user(
+            &stuck,
+            "n",
+            |_| Some(claim(&[("n", "gpu-0")])),
+            Defaults::default(),
+            1000,
+            &reservations(),
+        );
+        assert_eq!(stuck, None);
+        // The kubelet gave the same GPU to a device-plugin pod: it is the holder.
+        let mut given = user(&asking("given", "2026-01-02T00:00:00Z", 1), &[]);
+        given.given = ["GPU-0".to_owned()].into();
+        let mut topology = gpus(2);
+        let overbooked = assign(&mut topology, &[given], false);
+        assert!(overbooked.is_empty(), "{overbooked:?}");
+        assert_eq!(holders(&topology), ["given", ""]);
+        // Pending with its sandbox up: prepared (the images may still be pulling).
+        let mut starting = claimant("starting", "2026-01-01T00:00:00Z", "gpu");
+        starting.status = serde_json::from_value(json!({"phase": "Pending", "conditions": [
+            {"type": "PodReadyToStartContainers", "status": "True"}]}))
+        .expect("status");
+        let starting = user(&starting, &[claim(&[("n", "gpu-0")])]);
+        assert_eq!(starting.claimed, BTreeSet::from(["gpu-0".to_owned()]));
+    }
+
+    #[test]
     fn a_shared_claim_records_every_pod() {
         let mut topology = gpus(1);
         let shared = claim(&[("n", "gpu-0")]);

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fakegpu_api::{
     dra::{gpu_device_name, mig_device_name},
-    names::{annotation, label, resource},
+    names::{annotation, condition, label, resource},
     profiles::published_mig_name,
     topology::{AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds},
     utilization::{UtilizationRange, UtilizationRangeError, WorkloadType},
@@ -110,6 +110,21 @@ pub fn is_active(pod: &Pod) -> bool {
         && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
+/// Whether the kubelet prepared `pod`'s claims, as far as the pod says: it runs, or its
+/// sandbox is up ([`condition::POD_READY_TO_START_CONTAINERS`]), which the kubelet makes only
+/// after the claims' drivers prepared them. A pod bound with a claim its node's driver cannot
+/// prepare (the driver is not registered there) stays Pending without a sandbox for good:
+/// the claim's devices are not its, and the pod the kubelet gives such a GPU holds it.
+pub fn claims_prepared(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        || status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == condition::POD_READY_TO_START_CONTAINERS && c.status == "True")
+}
+
 /// The GPU user a pod is on `node`, or `None` when it uses none of the node's GPUs.
 pub fn gpu_user(
     pod: &Pod,
@@ -126,6 +141,7 @@ pub fn gpu_user(
     let mig = mig_requests(pod);
     let claimed: BTreeSet<String> = claim_names(pod)
         .iter()
+        .filter(|_| claims_prepared(pod))
         .filter_map(|name| claim(name))
         .flat_map(|c| claimed_devices(&c, node))
         .collect();
