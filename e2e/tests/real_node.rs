@@ -13,7 +13,7 @@ use anyhow::{Context, bail, ensure};
 use fakegpu_api::{
     compute_domain::{ComputeDomain, DomainState},
     dra::attribute,
-    names::{annotation, container_env, label},
+    names::{annotation, container_env, label, resource},
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
@@ -518,16 +518,7 @@ async fn device_plugin(client: &Client, pool: &str, namespace: &str) -> anyhow::
             "{:?}",
             status.phase
         );
-        Ok(status
-            .conditions
-            .unwrap_or_default()
-            .iter()
-            .any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-            .then_some(()))
+        Ok(unschedulable(&status).then_some(()))
     })
     .await?;
 
@@ -817,6 +808,231 @@ async fn leave(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<(
         bail!("the bundle's operator and exporter are not running ({running} pods)");
     }
     Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn a_node_that_stops_serving_dra_offers_no_gpu_and_a_stuck_claim_holds_none()
+-> anyhow::Result<()> {
+    on_real_pool(
+        "real-undra",
+        l4_pool(json!({"devicePlugin": true, "dra": true})),
+        stop_serving_dra,
+    )
+    .await
+}
+
+/// Whether the scheduler found no node for the pod of `status`.
+fn unschedulable(status: &k8s_openapi::api::core::v1::PodStatus) -> bool {
+    status.conditions.iter().flatten().any(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    })
+}
+
+/// Whether the node has a `gpu.nvidia.com` ResourceSlice.
+async fn gpu_slice_of(client: &Client, node: &str) -> anyhow::Result<bool> {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let slices = Api::<ResourceSlice>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    Ok(slices
+        .items
+        .iter()
+        .any(|s| s.spec.driver == resource::GPU_DRIVER))
+}
+
+/// The real node moves from a pool serving DRA to one serving the device plugin only.
+async fn stop_serving_dra(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
+    let plain = format!("{pool}-plain");
+    let result = async {
+        let node = real_node();
+        agents_ready(
+            client,
+            &node,
+            &["fakegpu-device-plugin", "fakegpu-dra-plugin"],
+        )
+        .await?;
+        let uuids = node_uuids(client, &node, pool).await?;
+        slice_published(client, &node, &uuids).await?;
+        claim_template(client, namespace, "one-gpu", json!({"requests": one_gpu()})).await?;
+        holding_claim_pod(client, namespace, "holder", "gpu", "one-gpu").await?;
+        create_pool(
+            client,
+            &plain,
+            l4_pool(json!({"devicePlugin": true, "dra": false})),
+        )
+        .await?;
+        set_node_pool(client, &node, Some(&plain)).await?;
+        // The DRA plugin stays for the claim the node's pod holds (the kubelet needs it to
+        // unprepare), but the node's slice goes with the pool's DRA, not ~30 s later when the
+        // kubelet would wipe an unregistered driver's: the plugin stays registered here.
+        eventually(
+            &format!("no GPU slice of {node}, its DRA plugin kept for the held claim"),
+            CONVERGE,
+            || async {
+                let (_, labels) = fakegpu_on_node(client, &node).await?;
+                ensure!(
+                    labels.iter().any(|l| l == label::DEPLOY_DRA_PLUGIN),
+                    "the DRA plugin's deploy label went: {labels:?}"
+                );
+                Ok((!gpu_slice_of(client, &node).await?).then_some(()))
+            },
+        )
+        .await?;
+        // So a new claim's pod for the node finds no device there.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        create_real_pod(
+            client,
+            namespace,
+            "late",
+            "sleep 3600",
+            json!({"claims": [{"name": "gpu"}]}),
+            json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}),
+        )
+        .await?;
+        eventually("late unschedulable", CONVERGE, || async {
+            let pod = pods.get("late").await?;
+            let status = pod.status.unwrap_or_default();
+            ensure!(
+                pod.spec.and_then(|s| s.node_name).is_none(),
+                "late was bound: {status:?}"
+            );
+            Ok(unschedulable(&status).then_some(()))
+        })
+        .await?;
+        for name in ["late", "holder"] {
+            pods.delete(name, &Default::default()).await?;
+        }
+        eventually(
+            &format!("the claims' pods gone and no DRA plugin on {node}"),
+            CONVERGE,
+            || async {
+                let (agents, labels) = fakegpu_on_node(client, &node).await?;
+                let gone = pods.list(&ListParams::default()).await?.items.is_empty();
+                Ok(
+                    (gone && agents == 1 && !labels.iter().any(|l| l == label::DEPLOY_DRA_PLUGIN))
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+
+        // A pod bound to the node with a claim of one of its GPUs that no registered driver
+        // can prepare (as the scheduler left one in the old window): Pending for good. The
+        // device plugin's pod the kubelet gave that GPU is its holder, not the stuck pod.
+        let given = holding_pod(
+            client,
+            namespace,
+            "given",
+            json!({"limits": {"nvidia.com/gpu": 1}}),
+            json!({"runtimeClassName": "nvidia"}),
+        )
+        .await?;
+        let document = pool_document(client, &node, &plain).await?;
+        let index = document
+            .gpus
+            .iter()
+            .find(|g| g.id == given)
+            .map(|g| g.index)
+            .with_context(|| format!("{given} is not a GPU of {node}"))?;
+        stuck_claim_pod(client, namespace, &node, &format!("gpu-{index}")).await?;
+        // The operator has seen the stuck claim once it records a later change of the node.
+        pods.patch(
+            "given",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations":
+                {annotation::SIMULATED_UTILIZATION: "40-40"}}})),
+        )
+        .await?;
+        eventually(
+            "the document records given's utilization",
+            CONVERGE,
+            || async {
+                let document = pool_document(client, &node, &plain).await?;
+                Ok(document
+                    .gpus
+                    .iter()
+                    .find(|g| g.id == given)
+                    .and_then(|g| g.status.pod_gpu_usage_status.values().next().cloned())
+                    .is_some_and(|usage| usage.utilization.min == 40)
+                    .then_some(()))
+            },
+        )
+        .await?;
+        let held = holders(client, &node).await?;
+        ensure!(
+            held == [(given.clone(), "given".to_owned())],
+            "holders: {held:?}"
+        );
+        named_everywhere(client, namespace, "given", &given).await
+    }
+    .await;
+    Cleanup::new(client).pool(&plain).after(result).await
+}
+
+/// Pod `stuck` bound to `node` (no scheduler) with claim `stuck` allocated `node`'s `device`
+/// and reserved for it, as the scheduler leaves a claim it allocated from a slice whose
+/// driver is gone; waits until the kubelet fails to prepare it.
+async fn stuck_claim_pod(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+    device: &str,
+) -> anyhow::Result<()> {
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "stuck", "namespace": namespace},
+        "spec": {"devices": {"requests": one_gpu()}},
+    }))?;
+    claims.create(&PostParams::default(), &claim).await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "stuck", "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"], "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "stuck"}],
+        },
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await?
+        .metadata
+        .uid
+        .context("pod stuck has no UID")?;
+    claims
+        .patch_status(
+            "stuck",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "allocation": {"devices": {"results": [{"request": "gpu",
+                    "driver": resource::GPU_DRIVER, "pool": node, "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": "stuck", "uid": uid}],
+            }})),
+        )
+        .await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
+    eventually(
+        "the kubelet failing to prepare stuck's claim",
+        CONVERGE,
+        || async {
+            let list = events
+                .list(&ListParams::default().fields("involvedObject.name=stuck"))
+                .await?;
+            let phase = pods.get("stuck").await?.status.and_then(|s| s.phase);
+            ensure!(phase.as_deref() == Some("Pending"), "stuck is {phase:?}");
+            Ok(list
+                .items
+                .iter()
+                .any(|e| e.type_.as_deref() == Some("Warning"))
+                .then_some(()))
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -1253,40 +1469,7 @@ async fn kubelet_choice(client: &Client, pool: &str, namespace: &str) -> anyhow:
         },
     )
     .await?;
-    // So the container's nvidia-smi lists its process on that GPU, and a dashboard's series
-    // of the pod carries the same GPU (both read the document through the exporter).
-    let process = format!("{given}, ");
-    let series = format!("UUID=\"{given}\"");
-    let exporter = exporter_service(client).await?;
-    eventually(
-        "nvidia-smi and the exporter name the pod's GPU",
-        CONVERGE,
-        || async {
-            let apps = kubectl(&[
-                "exec",
-                "-n",
-                namespace,
-                "given",
-                "--",
-                "nvidia-smi",
-                "--query-compute-apps=gpu_uuid,process_name",
-                "--format=csv,noheader",
-            ])?;
-            let metrics = fakegpu_e2e::http_get(&exporter, "/metrics")?;
-            let of_pod: Vec<&str> = metrics
-                .lines()
-                .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.contains("pod=\"given\""))
-                .collect();
-            let smi_ok = apps.lines().any(|line| line.starts_with(&process));
-            let metrics_ok = !of_pod.is_empty() && of_pod.iter().all(|l| l.contains(&series));
-            ensure!(
-                smi_ok && metrics_ok,
-                "nvidia-smi: {apps:?}; the exporter's series of the pod: {of_pod:?}"
-            );
-            Ok(Some(()))
-        },
-    )
-    .await?;
+    named_everywhere(client, namespace, "given", &given).await?;
     // On the node's host, NVIDIA's own nvidia-smi through the library and document the node
     // agent keeps there lists the pod's work on that GPU under its host PID: the process that
     // started the pod's container (its cgroup names the pod, its command is the pod's).
@@ -1316,6 +1499,51 @@ async fn kubelet_choice(client: &Client, pool: &str, namespace: &str) -> anyhow:
                 cgroup.contains(&format!("pod{uid}")) && command.windows(5).any(|w| w == b"sleep"),
                 "PID {pid} is not the pod's: cgroup {cgroup:?}, command {:?}",
                 String::from_utf8_lossy(&command)
+            );
+            Ok(Some(()))
+        },
+    )
+    .await
+}
+
+/// Waits until the container of pod `pod` lists its process on GPU `uuid` in its nvidia-smi,
+/// and the exporter's series of the pod carry that GPU (a dashboard's view; both read the
+/// node's document through the exporter).
+async fn named_everywhere(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    uuid: &str,
+) -> anyhow::Result<()> {
+    let process = format!("{uuid}, ");
+    let series = format!("UUID=\"{uuid}\"");
+    let of_pod = format!("pod=\"{pod}\"");
+    let exporter = exporter_service(client).await?;
+    eventually(
+        &format!("nvidia-smi and the exporter name {pod}'s GPU {uuid}"),
+        CONVERGE,
+        || async {
+            let apps = kubectl(&[
+                "exec",
+                "-n",
+                namespace,
+                pod,
+                "--",
+                "nvidia-smi",
+                "--query-compute-apps=gpu_uuid,process_name",
+                "--format=csv,noheader",
+            ])?;
+            let metrics = fakegpu_e2e::http_get(&exporter, "/metrics")?;
+            let series_of_pod: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.contains(&of_pod))
+                .collect();
+            let smi_ok = apps.lines().any(|line| line.starts_with(&process));
+            let metrics_ok =
+                !series_of_pod.is_empty() && series_of_pod.iter().all(|l| l.contains(&series));
+            ensure!(
+                smi_ok && metrics_ok,
+                "nvidia-smi: {apps:?}; the exporter's series of the pod: {series_of_pod:?}"
             );
             Ok(Some(()))
         },
