@@ -19,7 +19,7 @@ use fakegpu_operator::{
     metrics::Metrics,
     tracking::ReservationNamespaces,
 };
-use fakegpu_runtime::{env_or, exit, init_tracing, version_requested};
+use fakegpu_runtime::{env_or, exit, init_tracing, until_ok, version_requested};
 
 /// The image's binary is static musl, whose own malloc made the operator spend 1.8 times the CPU of
 /// the same code built for glibc. At 10 000 KWOK nodes in 20 pools (hack/bench/scale.sh,
@@ -51,10 +51,23 @@ async fn run() -> anyhow::Result<()> {
         .with_context(|| format!("listening on {address} ({OPERATOR_HTTP_ADDR_ENV})"))?;
     let client = kube::Client::try_default().await?;
     tracing::info!(%namespace, %address, version = fakegpu_runtime::VERSION, "fakegpu-operator starting");
+    // Served from the start: while the API server cannot be reached the process is alive
+    // (/healthz) and not ready (/readyz).
+    let http = axum::serve(listener, metrics.clone().router());
+    tokio::select! {
+        result = operate(client, namespace, &metrics) => result,
+        result = http => result.context("HTTP server stopped"),
+    }
+}
+
+async fn operate(client: kube::Client, namespace: String, metrics: &Metrics) -> anyhow::Result<()> {
     let node_resource_topology = match std::env::var(NODE_RESOURCE_TOPOLOGY_ENV).as_deref() {
         Ok("false") => false,
         Ok("auto") | Err(_) => {
-            let served = fakegpu_operator::served::serves_node_resource_topology(&client).await?;
+            let served = until_ok("asking whether NodeResourceTopology is served", || {
+                fakegpu_operator::served::serves_node_resource_topology(&client)
+            })
+            .await;
             if !served {
                 tracing::warn!(
                     "topology.node.k8s.io/v1alpha2 is not served: no NodeResourceTopology will be published (install its CRD and restart the operator)"
@@ -67,7 +80,10 @@ async fn run() -> anyhow::Result<()> {
         }
     };
 
-    let compute_domains = fakegpu_operator::compute_domain::served(&client).await?;
+    let compute_domains = until_ok("asking whether ComputeDomains are served", || {
+        fakegpu_operator::compute_domain::served(&client)
+    })
+    .await;
     if !compute_domains {
         tracing::warn!(
             "resource.nvidia.com/v1beta1 ComputeDomains are not served: no ComputeDomain controller (install the CRD and restart the operator)"
@@ -88,42 +104,35 @@ async fn run() -> anyhow::Result<()> {
         Ok(other) => anyhow::bail!("{LEADER_ELECTION_ENV}={other:?}: expected true or false"),
     };
 
-    let http = axum::serve(listener, metrics.clone().router());
-    let operate = async {
-        if !leader_election {
-            metrics.set_leader(true);
-            return controllers::run(client, namespace, features, metrics.clone()).await;
-        }
-        let mut elector = LeaderElector::new(
-            client.clone(),
-            LeaseSettings {
-                namespace: namespace.clone(),
-                name: LEADER_LEASE.to_owned(),
-                identity: identity(),
-                lease_duration: Duration::from_secs(15),
-                retry_period: Duration::from_secs(2),
-            },
-        );
-        // Standing by is healthy and ready: a rolling update waits for readiness.
-        metrics.set_ready(true);
-        tokio::select! {
-            () = elector.acquire() => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        }
-        metrics.set_ready(false);
+    if !leader_election {
         metrics.set_leader(true);
-        let result = tokio::select! {
-            result = controllers::run(client, namespace, features, metrics.clone()) => result,
-            () = elector.hold() => Err(anyhow::anyhow!("lost the leader lease; exiting so that a restart stands by again")),
-        };
-        metrics.set_leader(false);
-        elector.release().await;
-        result
-    };
-    tokio::select! {
-        result = operate => result,
-        result = http => result.context("HTTP server stopped"),
+        return controllers::run(client, namespace, features, metrics.clone()).await;
     }
+    let mut elector = LeaderElector::new(
+        client.clone(),
+        LeaseSettings {
+            namespace: namespace.clone(),
+            name: LEADER_LEASE.to_owned(),
+            identity: identity(),
+            lease_duration: Duration::from_secs(15),
+            retry_period: Duration::from_secs(2),
+        },
+    );
+    // Standing by is healthy and ready: a rolling update waits for readiness.
+    metrics.set_ready(true);
+    tokio::select! {
+        () = elector.acquire() => {}
+        _ = tokio::signal::ctrl_c() => return Ok(()),
+    }
+    metrics.set_ready(false);
+    metrics.set_leader(true);
+    let result = tokio::select! {
+        result = controllers::run(client, namespace, features, metrics.clone()) => result,
+        () = elector.hold() => Err(anyhow::anyhow!("lost the leader lease; exiting so that a restart stands by again")),
+    };
+    metrics.set_leader(false);
+    elector.release().await;
+    result
 }
 
 /// This replica's identity in the lease: the pod name where the Deployment sets it; else the

@@ -102,6 +102,30 @@ pub fn router<P: Probes>(probes: P) -> Router {
         .with_state(probes)
 }
 
+/// Runs `attempt` until it succeeds, waiting after each failure (1 s, doubling up to 30 s) and
+/// logging it with `what` was tried. For the API calls a binary makes before its watches
+/// start (which retry on their own): an API server that cannot be reached yet, restarting or
+/// in an outage, is waited out rather than a reason to exit; in-cluster, an exit becomes
+/// CrashLoopBackOff, whose back-off outlasts the outage.
+pub async fn until_ok<T, E, F, Fut>(what: &str, mut attempt: F) -> T
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut wait = std::time::Duration::from_secs(1);
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?wait, "{what}: the API server did not answer; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    }
+}
+
 /// The exit of `program` after `result`: success, or failure with the error's whole chain
 /// logged.
 pub fn exit(program: &str, result: anyhow::Result<()>) -> ExitCode {
@@ -117,6 +141,21 @@ pub fn exit(program: &str, result: anyhow::Result<()>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn until_ok_retries_with_growing_waits() {
+        let start = tokio::time::Instant::now();
+        let mut failures = 3;
+        let answer = until_ok("asking", || {
+            let fail = failures > 0;
+            failures -= 1;
+            async move { if fail { Err("refused") } else { Ok(42) } }
+        })
+        .await;
+        assert_eq!(answer, 42);
+        // 1 + 2 + 4 seconds of waiting, on tokio's paused clock.
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(7));
+    }
 
     #[test]
     fn version_names_the_commit() {
