@@ -434,8 +434,8 @@ fn pod_changes(
 }
 
 /// What the controllers read of a (slimmed, see [`pods::slim`]) pod, hashed: of its phase
-/// and conditions only whether it finished (see [`tracking::is_active`]) and whether its
-/// claims were prepared ([`tracking::claims_prepared`]).
+/// and conditions only whether it finished (see [`tracking::is_active`]) and, for a pod with
+/// claims, whether they were prepared ([`tracking::claims_prepared`]).
 fn pod_fingerprint(pod: &Pod) -> u64 {
     let meta = &pod.metadata;
     fingerprint(&(
@@ -449,8 +449,16 @@ fn pod_fingerprint(pod: &Pod) -> u64 {
             .as_ref()
             .and_then(|s| s.resource_claim_statuses.as_ref()),
         tracking::is_active(pod),
-        tracking::claims_prepared(pod),
+        // Only for pods with claims: starting is no change for the others.
+        has_claims(pod) && tracking::claims_prepared(pod),
     ))
+}
+
+fn has_claims(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|claims| !claims.is_empty())
 }
 
 /// A mapper that sends any event to every pool. Pool statuses are pure to compute and written
@@ -533,5 +541,21 @@ mod tests {
             json!({"phase": "Succeeded"}),
         );
         assert_ne!(annotated, finished);
+        // A pod with a claim starting is a change: its claim's devices become its own.
+        let claiming = |status: serde_json::Value| {
+            let mut pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns", "uid": "u2"},
+                "spec": {"nodeName": "n", "containers": [{"name": "main"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "claim"}]},
+                "status": status,
+            }))
+            .expect("test pod");
+            pods::slim(&mut pod);
+            pod_fingerprint(&pod)
+        };
+        assert_ne!(
+            claiming(json!({"phase": "Pending"})),
+            claiming(json!({"phase": "Running"}))
+        );
     }
 }
