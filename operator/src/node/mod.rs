@@ -628,13 +628,25 @@ async fn remove_unserved_plugin_slices(
     document: Option<&NodeTopology>,
 ) -> Result<()> {
     let name = node.name_any();
+    // Of a node in no pool, only slices published from a pool's document: an agent given its
+    // document otherwise (the kubelet harness) publishes for a node no pool holds.
+    let from_a_pool = |slice: &Cached<ResourceSlice>| {
+        slice
+            .trimmed()
+            .labels()
+            .get(POOL_LABEL)
+            .is_some_and(|pool| ctx.caches.pools.get(&ObjectRef::new(pool)).is_some())
+    };
     for driver in leaving::PLUGIN_DRIVERS {
         if document.is_some_and(|d| d.serves_driver(driver)) {
             continue;
         }
         let slice = plugin_slice_name(&name, driver);
         let current = cached_slice(ctx, &slice);
-        if current.is_some() {
+        if current
+            .as_deref()
+            .is_some_and(|s| document.is_some() || from_a_pool(s))
+        {
             sync_slice(ctx, &name, &slice, current, None).await?;
         }
     }
