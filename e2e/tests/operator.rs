@@ -546,6 +546,51 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
         })
         .await?;
 
+        // Removals alone leave no managed-fields entry of the remover's: the ConfigMap still
+        // looks written by fakegpu alone.
+        configmaps(&client)
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {topology_names::DATA_KEY: null}})),
+            )
+            .await?;
+        eventually(
+            "ConfigMap without its document repaired",
+            CONVERGE,
+            || async {
+                Ok(topology_of(&client, &node)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|(_, d)| *d == original)
+                    .map(drop))
+            },
+        )
+        .await?;
+        configmaps(&client)
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {annotation::ALLOCATED_GPUS: null}}}),
+                ),
+            )
+            .await?;
+        eventually(
+            "ConfigMap without its annotation repaired",
+            CONVERGE,
+            || async {
+                let cm = configmaps(&client).get(&name).await?;
+                Ok(cm
+                    .annotations()
+                    .get(annotation::ALLOCATED_GPUS)
+                    .is_some_and(|count| count == "0")
+                    .then_some(()))
+            },
+        )
+        .await?;
+
         configmaps(&client)
             .delete(&name, &DeleteParams::default())
             .await?;

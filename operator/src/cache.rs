@@ -53,7 +53,7 @@ impl<K: Resource> HasMeta for K {
 pub struct Cached<K: Trim> {
     trimmed: K::Trimmed,
     kept: K::Kept,
-    fakegpu_alone: bool,
+    own_write: bool,
 }
 
 impl<K: Trim> Cached<K> {
@@ -64,14 +64,23 @@ impl<K: Trim> Cached<K> {
         Self {
             trimmed,
             kept,
-            fakegpu_alone,
+            own_write: false,
         }
     }
 
-    /// Whether every field of the object was last set by fakegpu (its managed fields name no
-    /// other manager): as it wrote it, untouched since.
-    pub fn written_by_fakegpu_alone(&self) -> bool {
-        self.fakegpu_alone
+    /// This cached object, noted as fakegpu's own last write left it (see
+    /// [`Self::left_by_own_write`]).
+    pub fn noted_as_own_write(mut self, own_write: bool) -> Self {
+        self.own_write = own_write;
+        self
+    }
+
+    /// Whether the object is as fakegpu's own last write left it, nothing changed since: its
+    /// watch event is that write's echo. Managed fields cannot tell: someone who only removes a
+    /// field fakegpu set (a topology ConfigMap's document) leaves no entry of their own, so the
+    /// object still looks written by fakegpu alone.
+    pub fn left_by_own_write(&self) -> bool {
+        self.own_write
     }
 
     /// The object less what its cache dropped.

@@ -38,8 +38,8 @@ use crate::{
     pool::{self, members::MembersIndex},
     recent::{RecentWrites, fingerprint},
     streams::{
-        LIST_PAGE_SIZE, cached, changes, confirm, fan_out, kept, log_errors, log_outcome, measured,
-        others_changes, own_echoes_dropped, shared_touched,
+        LIST_PAGE_SIZE, cached, cached_noting_own_writes, changes, confirm, fan_out, kept,
+        log_errors, log_outcome, measured, others_changes, own_echoes_dropped, shared_touched,
     },
     tracking,
 };
@@ -134,7 +134,7 @@ pub async fn run(
         Api::namespaced(client.clone(), &namespace),
         topology_configmaps,
         configmap_writer,
-        Cached::new,
+        cached_noting_own_writes(configmaps.clone(), recent.clone()),
     )
     .inspect(confirm(&recent));
     // Driven here, not by the node controller: the controllers start only once this cache is full.
@@ -166,7 +166,7 @@ pub async fn run(
         Api::all(client.clone()),
         own_slices,
         slice_writer,
-        Cached::new,
+        cached_noting_own_writes(slices.clone(), recent.clone()),
     )
     .inspect(confirm(&recent));
     let (slice_events, [slices_for_nodes]) = fan_out(slice_events);

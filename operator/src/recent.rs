@@ -149,6 +149,22 @@ impl RecentWrites {
         }
     }
 
+    /// Whether `resource_version` is the version that fakegpu's write to the object `name` of
+    /// kind `K` was given, a write the watch had not delivered yet: the object is as that
+    /// write left it. Asked before [`Self::seen`] confirms the write.
+    pub fn is_own_version<K: Resource<DynamicType = ()>>(
+        &self,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> bool {
+        let Some(delivered) = version(resource_version) else {
+            return false;
+        };
+        self.lock()
+            .get(&Target::new::<K>(name, None))
+            .is_some_and(|written| written.resource_version == delivered)
+    }
+
     /// Forgets the write to `target` (the object is being deleted).
     pub fn forget(&self, target: &Target) {
         self.lock().remove(target);
@@ -282,6 +298,24 @@ mod tests {
         assert!(recent.is_repeat(&status, 7, now));
         recent.seen(&node("n", "106"));
         assert!(!recent.is_repeat(&status, 7, now));
+    }
+
+    #[test]
+    fn the_version_a_write_was_given_is_its_own_until_the_watch_delivers_it() {
+        let recent = RecentWrites::default();
+        let now = Instant::now();
+        recent.record(Target::new::<ConfigMap>("n", None), 1, Some("10"), now);
+        assert!(recent.is_own_version::<ConfigMap>("n", Some("10")));
+        // Someone's later change, another object, another kind, no version: not the write's.
+        assert!(!recent.is_own_version::<ConfigMap>("n", Some("11")));
+        assert!(!recent.is_own_version::<ConfigMap>("m", Some("10")));
+        assert!(!recent.is_own_version::<Node>("n", Some("10")));
+        assert!(!recent.is_own_version::<ConfigMap>("n", None));
+        let delivered: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "n", "resourceVersion": "10"}}))
+                .expect("test ConfigMap");
+        recent.seen(&delivered);
+        assert!(!recent.is_own_version::<ConfigMap>("n", Some("10")));
     }
 
     #[test]
