@@ -8,6 +8,7 @@ pub mod document_source;
 pub mod dra;
 pub mod faults;
 pub mod kubelet_devices;
+pub mod label_selector;
 pub mod meta;
 pub mod names;
 pub mod nrt;

@@ -484,32 +484,124 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
     cleanup.after(result).await
 }
 
-/// A selector the API server stores but that is no label selector (an unknown operator) is the
-/// pool's condition: nothing is selected, nothing labelled, and the user is told why.
+/// Selectors the API server stores but that are no label selectors (the CRD's schema cannot
+/// say so: an unknown operator, a key that is no label key, `In` without values) are the pool's
+/// condition naming the field: nothing is selected, nothing labelled, and the user is told why.
 #[tokio::test]
 async fn a_selector_that_is_no_label_selector_becomes_a_condition() -> anyhow::Result<()> {
     let (client, pool, node, cleanup) = pool_with_one_node("selector").await?;
     let result = async {
+        let expression = |operator: &str, values: serde_json::Value| {
+            json!({"matchLabels": null, "matchExpressions": [
+                {"key": label::NODE_POOL, "operator": operator, "values": values}]})
+        };
+        let cases = [
+            (
+                expression("Matches", json!([pool])),
+                "spec.nodeSelector.matchExpressions[0].operator: \"Matches\" is no label selector operator",
+            ),
+            (
+                json!({"matchLabels": {"bad key!": pool}, "matchExpressions": null}),
+                "spec.nodeSelector.matchLabels[\"bad key!\"]: \"bad key!\" is no label key",
+            ),
+            (
+                expression("In", json!([])),
+                "spec.nodeSelector.matchExpressions[0].values: operator In needs at least one value",
+            ),
+            (
+                expression("In", json!([pool, "not a value"])),
+                "spec.nodeSelector.matchExpressions[0].values[1]: \"not a value\" is no label value",
+            ),
+        ];
         create_pool(
             &client,
             &pool,
-            json!({"gpu": {"profile": "l4"}, "nodeSelector": {"matchExpressions": [
-                {"key": label::NODE_POOL, "operator": "Matches", "values": [pool]}]}}),
+            json!({"gpu": {"profile": "l4"}, "nodeSelector": cases[0].0}),
         )
         .await?;
-        eventually("Ready=False InvalidSelector", CONVERGE, || async {
-            let p = pools(&client).get(&pool).await?;
-            Ok(
-                (condition(&p, "Ready") == Some(("False", "InvalidSelector"))
-                    && condition(&p, "Stalled").is_some_and(|(status, _)| status == "True"))
-                .then_some(()),
+        for (i, (selector, message)) in cases.iter().enumerate() {
+            if i > 0 {
+                pools(&client)
+                    .patch(
+                        &pool,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"nodeSelector": selector}})),
+                    )
+                    .await?;
+            }
+            eventually(&format!("InvalidSelector: {message}"), CONVERGE, || async {
+                let p = pools(&client).get(&pool).await?;
+                let ready = p.status.as_ref().and_then(|s| {
+                    s.conditions.iter().find(|c| c.type_ == "Ready").cloned()
+                });
+                Ok(ready
+                    .filter(|c| {
+                        c.status == "False"
+                            && c.reason == "InvalidSelector"
+                            && c.message.starts_with(message)
+                    })
+                    .filter(|_| condition(&p, "Stalled").is_some_and(|(status, _)| status == "True"))
+                    .map(drop))
+            })
+            .await?;
+            warning_event(&client, &pool, "InvalidSelector", message, CONVERGE).await?;
+            let n = nodes(&client).get(&node).await?;
+            ensure!(
+                operator_labels(&n).is_empty(),
+                "a pool without a usable selector labelled a node"
+            );
+        }
+        // Fixed, the selector selects the node.
+        pools(&client)
+            .patch(
+                &pool,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"nodeSelector": expression("In", json!([pool]))}})),
             )
+            .await?;
+        ready_pool(&client, &pool, 1).await.map(drop)
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// A mock pool's GPUs are advertised by NVIDIA's components on the node: on KWOK nodes,
+/// which have no kubelet, nothing serves them, and the pool says so instead of Ready.
+#[tokio::test]
+async fn a_mock_pool_of_kwok_nodes_says_it_serves_nothing() -> anyhow::Result<()> {
+    let (client, pool, node, cleanup) = pool_with_one_node("mockkwok").await?;
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "h100", "backend": "mock"}}),
+        )
+        .await?;
+        eventually("Ready=False NoKubelet", CONVERGE, || async {
+            let p = pools(&client).get(&pool).await?;
+            Ok((condition(&p, "Ready") == Some(("False", "NoKubelet"))
+                && condition(&p, "Stalled").is_some_and(|(status, _)| status == "True"))
+            .then_some(()))
         })
         .await?;
+        warning_event(
+            &client,
+            &pool,
+            "NoKubelet",
+            "none of the 1 nodes runs a kubelet",
+            CONVERGE,
+        )
+        .await?;
+        // Labelled all the same, and given no capacity.
         let n = nodes(&client).get(&node).await?;
         ensure!(
-            operator_labels(&n).is_empty(),
-            "a pool without a usable selector labelled a node"
+            !operator_labels(&n).is_empty(),
+            "the mock pool's node was not labelled"
+        );
+        let capacity = n.status.and_then(|s| s.capacity).unwrap_or_default();
+        ensure!(
+            !capacity.contains_key(resource::GPU),
+            "a mock pool's KWOK node got GPU capacity: {capacity:?}"
         );
         Ok(())
     }

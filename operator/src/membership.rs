@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use fakegpu_api::{
     GpuNodePool,
+    label_selector::{self, SelectorError},
     names::{fakegpu::POOL_LABEL, label},
 };
 use kube::{
@@ -16,10 +17,20 @@ use kube::{
     core::{ParseExpressionError, Selector, SelectorExt},
 };
 
-/// The node selector of a pool, defaulted.
-pub fn selector(pool: &GpuNodePool) -> Result<Selector, ParseExpressionError> {
+/// The node selector of a pool, defaulted; or what the API server's label-selector rules find
+/// wrong with it (the CRD's schema cannot carry them).
+pub fn selector(pool: &GpuNodePool) -> Result<Selector, SelectorError> {
     match &pool.spec.node_selector {
-        Some(selector) => selector.clone().try_into(),
+        Some(selector) => {
+            label_selector::validate(selector)?;
+            selector
+                .clone()
+                .try_into()
+                .map_err(|ParseExpressionError(problem)| SelectorError {
+                    field: "matchExpressions".into(),
+                    problem,
+                })
+        }
         None => Ok(Selector::from_iter([kube::core::Expression::Equal(
             label::NODE_POOL.to_owned(),
             pool.name_any(),

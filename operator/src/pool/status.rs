@@ -126,13 +126,15 @@ pub fn desired_status(
     let wanted = *wanted;
     let in_place = labelled.len() == wanted;
 
+    let mock = pool.spec.gpu.backend == Backend::Mock;
+    let without_kubelet = labelled.iter().filter(|n| n.kwok).count();
     let ready = match (&resolved, membership::selector(pool)) {
         (Err(error), _) => condition(READY, false, error.reason(), error.to_string()),
         (_, Err(error)) => condition(
             READY,
             false,
             "InvalidSelector",
-            format!("spec.nodeSelector: {error}"),
+            format!("spec.nodeSelector.{error}"),
         ),
         (Ok(_), Ok(_)) if !failing.is_empty() => condition(
             READY,
@@ -151,17 +153,34 @@ pub fn desired_status(
             PROGRESSING,
             format!("{} of {wanted} nodes carry the pool's GPUs", labelled.len()),
         ),
-        (Ok(gpu), Ok(_)) => condition(
-            READY,
-            true,
-            "Reconciled",
-            format!(
+        // A mock pool's GPUs are advertised by NVIDIA's components, which run on a kubelet.
+        (Ok(_), Ok(_)) if mock && !labelled.is_empty() && without_kubelet == labelled.len() => {
+            condition(
+                READY,
+                false,
+                "NoKubelet",
+                format!(
+                    "backend mock: none of the {} nodes runs a kubelet, so nothing advertises \
+                     their GPUs (NVIDIA's device plugin, GPU feature discovery or DRA driver runs \
+                     on the node); they carry labels only. KWOK nodes take backend fake",
+                    labelled.len()
+                ),
+            )
+        }
+        (Ok(gpu), Ok(_)) => {
+            let mut message = format!(
                 "{} nodes with {} {} each",
                 labelled.len(),
                 gpu.count,
                 gpu.product
-            ),
-        ),
+            );
+            if mock && without_kubelet > 0 {
+                message.push_str(&format!(
+                    "; {without_kubelet} of them run no kubelet and carry labels only (backend mock)"
+                ));
+            }
+            condition(READY, true, "Reconciled", message)
+        }
     };
     let conflict = if contested.is_empty() {
         condition(
@@ -491,6 +510,56 @@ mod tests {
     }
 
     #[test]
+    fn a_mock_pool_says_which_nodes_serve_nothing() {
+        let a = pool(
+            "a",
+            1,
+            json!({"gpu": {"profile": "h100", "backend": "mock"}}),
+        );
+        let member = |name: &str| {
+            node(
+                name,
+                json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}),
+            )
+        };
+        // No KWOK annotation: a node with a kubelet.
+        let kubelet_node: CachedNode = crate::cache::Cached::new(
+            serde_json::from_value(json!({"metadata": {"name": "real", "labels":
+                {"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}}}))
+            .expect("test node"),
+        );
+        let ready_of = |nodes: &[Arc<CachedNode>]| {
+            let status = status_of(
+                &a,
+                std::slice::from_ref(&a),
+                nodes,
+                &[],
+                &NodeProblems::default(),
+                none,
+                &time(100),
+            );
+            let ready = find(&status, READY).clone();
+            let stalled = find(&status, STALLED).status.clone();
+            (ready.status, ready.reason, ready.message, stalled)
+        };
+        let (status, reason, message, stalled) = ready_of(&[member("k1"), member("k2")]);
+        assert_eq!(
+            (status.as_str(), reason.as_str(), stalled.as_str()),
+            ("False", "NoKubelet", "True")
+        );
+        assert!(
+            message.contains("none of the 2 nodes runs a kubelet"),
+            "{message}"
+        );
+        let (status, _, message, _) = ready_of(&[member("k1"), Arc::new(kubelet_node)]);
+        assert_eq!(status, "True");
+        assert!(
+            message.ends_with("; 1 of them run no kubelet and carry labels only (backend mock)"),
+            "{message}"
+        );
+    }
+
+    #[test]
     fn unknown_profile_is_a_condition() {
         let a = pool("a", 1, json!({"gpu": {"profile": "future-gpu"}}));
         let status = status_of(
@@ -509,6 +578,41 @@ mod tests {
         );
         assert!(ready.message.contains("future-gpu"));
         assert_eq!(status.product, None);
+    }
+
+    #[test]
+    fn a_selector_the_api_server_would_refuse_is_a_condition_naming_the_field() {
+        // The node carries the selector's label, malformed key and all: it is still not
+        // selected, as no API server selects with such a selector.
+        let selector = json!({"matchLabels": {"bad key!": "x"}});
+        let a = pool(
+            "a",
+            1,
+            json!({"gpu": {"profile": "t4"}, "nodeSelector": selector}),
+        );
+        let nodes = [node("n1", json!({"bad key!": "x"}))];
+        let status = status_of(
+            &a,
+            std::slice::from_ref(&a),
+            &nodes,
+            &[],
+            &NodeProblems::default(),
+            none,
+            &time(100),
+        );
+        let ready = find(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSelector")
+        );
+        assert!(
+            ready.message.starts_with(
+                r#"spec.nodeSelector.matchLabels["bad key!"]: "bad key!" is no label key"#
+            ),
+            "{}",
+            ready.message
+        );
+        assert!(status.nodes.is_empty());
     }
 
     #[test]
