@@ -854,6 +854,10 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
             .then_some(()))
         })
         .await?;
+        // Another bad value is another Event, not a repeat of the first with its old message.
+        annotate(Some("abc")).await?;
+        health_becomes("Healthy,Healthy,Healthy,Healthy").await?;
+        warning_event(&client, &node, "InvalidUnhealthyGpus", "\"abc\"", CONVERGE).await?;
         annotate(None).await?;
         health_becomes("Healthy,Healthy,Healthy,Healthy").await
     }

@@ -361,125 +361,12 @@ pub fn names_only_ours<K: Resource>(object: &K, path: &[&str]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::{
-        collections::VecDeque,
-        sync::{Arc, Mutex},
-    };
-
-    use axum::{
-        body::Bytes,
-        extract::State,
-        http::{
-            HeaderMap, Method, StatusCode, Uri,
-            header::{ACCEPT, CONTENT_TYPE},
-        },
-        response::IntoResponse,
-    };
+    use axum::http::Method;
     use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
     use serde_json::json;
 
     use super::*;
-
-    /// A request the fake API server saw.
-    #[derive(Clone, Debug)]
-    struct Request {
-        method: Method,
-        path: String,
-        query: String,
-        content_type: String,
-        accept: String,
-        body: serde_json::Value,
-    }
-
-    /// An HTTP server on loopback that answers each request with the next scripted status
-    /// (the request's body, given a resourceVersion, for a success) and records it.
-    #[derive(Clone, Default)]
-    struct Server {
-        answers: Arc<Mutex<VecDeque<u16>>>,
-        seen: Arc<Mutex<Vec<Request>>>,
-    }
-
-    async fn answer(
-        State(server): State<Server>,
-        method: Method,
-        uri: Uri,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> impl IntoResponse {
-        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let header = |name| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        server.seen.lock().unwrap().push(Request {
-            method,
-            path: uri.path().to_owned(),
-            query: uri.query().unwrap_or_default().to_owned(),
-            content_type: header(CONTENT_TYPE),
-            accept: header(ACCEPT),
-            body: body.clone(),
-        });
-        let code = server.answers.lock().unwrap().pop_front().unwrap_or(500);
-        let answer = if code < 300 {
-            let mut object = body;
-            object["metadata"]["resourceVersion"] = json!("7");
-            // The API server answers with the object, named even where a patch's body is not.
-            if object["metadata"]["name"].is_null() {
-                let mut segments = uri.path().rsplit('/');
-                let last = segments.next().unwrap_or_default();
-                let name = if last == "status" {
-                    segments.next().unwrap_or_default()
-                } else {
-                    last
-                };
-                object["metadata"]["name"] = json!(name);
-            }
-            object
-        } else if code == 403 {
-            // What NamespaceLifecycle answers a create in a namespace being deleted.
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-                "reason": "Forbidden", "message": "unable to create new content in namespace \
-                    fakegpu-system because it is being terminated",
-                "details": {"causes": [{"reason": "NamespaceTerminating",
-                    "message": "namespace fakegpu-system is being terminated",
-                    "field": "metadata.namespace"}]}})
-        } else {
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-                "reason": "Scripted", "message": "scripted answer"})
-        };
-        (
-            StatusCode::from_u16(code).unwrap(),
-            [(CONTENT_TYPE, "application/json")],
-            answer.to_string(),
-        )
-    }
-
-    /// Runs `write` with a client of a [`Server`] answering `answers` in turn; returns its
-    /// result and what the server was asked.
-    async fn against<T, F>(
-        answers: &[u16],
-        write: impl FnOnce(kube::Client) -> F,
-    ) -> (T, Vec<Request>)
-    where
-        F: Future<Output = T>,
-    {
-        let server = Server::default();
-        server.answers.lock().unwrap().extend(answers);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let app = axum::Router::new()
-            .fallback(answer)
-            .with_state(server.clone());
-        let serving = tokio::spawn(async move { axum::serve(listener, app).await });
-        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
-        let written = write(kube::Client::try_from(config).unwrap()).await;
-        serving.abort();
-        let seen = server.seen.lock().unwrap().clone();
-        (written, seen)
-    }
+    use crate::testing::api_server::{Request, against};
 
     async fn replace_against(
         answers: &[u16],
