@@ -237,13 +237,25 @@ async fn extended_resources(
         Ok((gpu_capacity(&n) == (Some("1".into()), Some("1".into()))).then_some(()))
     })
     .await?;
+    ensure!(
+        pods.get("greedy")
+            .await?
+            .annotations()
+            .contains_key(annotation::ASSIGNED_GPUS),
+        "the running pod's GPUs are not recorded on it"
+    );
     pools.delete(pool, &DeleteParams::default()).await?;
     eventually("capacity and condition removed", CONVERGE, || async {
         let n = nodes.get(node).await?;
         Ok((gpu_capacity(&n) == (None, None) && !has_fractioning(&n)).then_some(()))
     })
     .await?;
-    Ok(())
+    // The GPUs went with the pool: the pod no longer says it holds any.
+    eventually("the pod's recorded GPUs removed", CONVERGE, || async {
+        let pod = pods.get("greedy").await?;
+        Ok((!pod.annotations().contains_key(annotation::ASSIGNED_GPUS)).then_some(()))
+    })
+    .await
 }
 
 fn slices(client: &Client) -> Api<ResourceSlice> {

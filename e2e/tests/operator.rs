@@ -14,15 +14,12 @@ use fakegpu_api::{
 use fakegpu_e2e::{
     Cleanup, OPERATOR_NAMESPACE, admin_client, annotate_node, create_kwok_node, create_pool,
     eventually, http_get, install_crds, operator_address, set_node_pool, topology_of, unique_name,
-    warning_event,
+    warning_event, warning_event_in,
 };
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, Node},
-    events::v1::Event,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -946,10 +943,12 @@ async fn a_node_that_cannot_be_labelled_becomes_a_condition() -> anyhow::Result<
     cleanup.after(result).await
 }
 
-/// A pod whose utilization annotation does not parse still runs and is tracked (at the pool's
-/// default), and gets one Warning Event naming the value and why.
+/// A pod whose utilization or GPU-sharing annotations do not parse still runs and is tracked
+/// (at the pool's default utilization, using the whole GPU's memory), and gets one Warning
+/// Event per value naming it and why; a new bad value gets an Event of its own.
 #[tokio::test]
-async fn a_malformed_utilization_annotation_becomes_an_event_on_the_pod() -> anyhow::Result<()> {
+async fn malformed_utilization_and_sharing_annotations_become_events_on_the_pod()
+-> anyhow::Result<()> {
     let (client, pool, node, cleanup) = pool_with_one_node("badutil").await?;
     let namespace = fakegpu_e2e::create_namespace(&client, "badutil").await?;
     let cleanup = cleanup.namespace(&namespace);
@@ -957,7 +956,11 @@ async fn a_malformed_utilization_annotation_becomes_an_event_on_the_pod() -> any
         create_pool(&client, &pool, json!({"gpu": {"profile": "t4"}})).await?;
         ready_pool(&client, &pool, 1).await?;
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-            "metadata": {"name": "bad", "annotations": {annotation::SIMULATED_UTILIZATION: "30-10"}},
+            "metadata": {"name": "bad", "annotations": {
+                annotation::SIMULATED_UTILIZATION: "30-10",
+                annotation::GPU_FRACTION: "2.5",
+                annotation::GPU_MEMORY: "abc",
+            }},
             "spec": {
                 "nodeName": node,
                 "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
@@ -965,35 +968,37 @@ async fn a_malformed_utilization_annotation_becomes_an_event_on_the_pod() -> any
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
             },
         }))?;
-        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &namespace)
-            .create(&PostParams::default(), &pod)
-            .await?;
-        let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
-        eventually("Warning Event InvalidUtilization on the pod", CONVERGE, || async {
-            let list = events.list(&ListParams::default()).await?;
-            Ok(list
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                        && e.reason.as_deref() == Some("InvalidUtilization")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.note.as_deref().is_some_and(|n| n.contains("30-10"))
-                })
-                .then_some(()))
-        })
-        .await?;
-        // Tracked all the same, at the reference's default (no pool default here).
-        eventually("the pod's GPU recorded at 100-100", CONVERGE, || async {
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &namespace);
+        pods.create(&PostParams::default(), &pod).await?;
+        let warned = |reason: &'static str, mention: &'static str| {
+            warning_event_in(&client, &namespace, "bad", reason, mention, CONVERGE)
+        };
+        warned("InvalidUtilization", "30-10").await?;
+        warned("InvalidGpuSharing", "gpu-fraction \"2.5\"").await?;
+        warned("InvalidGpuSharing", "gpu-memory \"abc\"").await?;
+        // Tracked all the same, at the reference's default (no pool default here), holding
+        // the whole GPU's memory.
+        eventually("the pod's GPU recorded at 100-100, all its memory", CONVERGE, || async {
             Ok(topology_of(&client, &node).await?.and_then(|(_, d)| {
                 d.gpus
                     .iter()
                     .flat_map(|g| g.status.pod_gpu_usage_status.values())
-                    .any(|u| (u.utilization.min, u.utilization.max) == (100, 100))
+                    .any(|u| {
+                        (u.utilization.min, u.utilization.max, u.fb_used)
+                            == (100, 100, d.gpu_memory)
+                    })
                     .then_some(())
             }))
         })
-        .await
+        .await?;
+        // Another bad value is another Event: the user reads the value that is there now.
+        pods.patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {annotation::GPU_FRACTION: "half"}}})),
+        )
+        .await?;
+        warned("InvalidGpuSharing", "gpu-fraction \"half\"").await
     }
     .await;
     cleanup.after(result).await

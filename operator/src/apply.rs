@@ -179,11 +179,12 @@ where
     }
 }
 
-/// Sets one annotation of an object fakegpu does not own (a pod's GPUs) with a JSON merge patch.
-/// These are set and never taken back, so an apply's field tracking buys nothing, and one is
-/// sent for every pod scheduled onto a GPU. Unlike an apply of one annotation, it also leaves
-/// fakegpu's other annotations on the object alone. An object that is gone answers 404.
-pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: &str) -> Result<K>
+/// Sets one annotation of an object fakegpu does not own (a pod's GPUs), or removes it (`None`),
+/// with a JSON merge patch. These are set once and taken back only with the pool, so an apply's
+/// field tracking buys nothing, and one is sent for every pod scheduled onto a GPU. Unlike an
+/// apply of one annotation, it also leaves fakegpu's other annotations on the object alone. An
+/// object that is gone answers 404.
+pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: Option<&str>) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -524,7 +525,7 @@ mod tests {
     async fn annotate_merges_one_annotation_into_the_object() {
         let (written, seen) = against(&[200], |client| async move {
             let pods: Api<Pod> = Api::namespaced(client, "team");
-            annotate(&pods, "trainer", "fakegpu.dev/gpus", "GPU-1,GPU-2").await
+            annotate(&pods, "trainer", "fakegpu.dev/gpus", Some("GPU-1,GPU-2")).await
         })
         .await;
         written.unwrap();
@@ -541,6 +542,22 @@ mod tests {
         assert_eq!(
             request.body,
             json!({"metadata": {"annotations": {"fakegpu.dev/gpus": "GPU-1,GPU-2"}}})
+        );
+    }
+
+    #[tokio::test]
+    async fn annotate_with_no_value_removes_the_annotation() {
+        // The fake server answers with the patch itself, null and all, which is no pod: only
+        // the request is looked at.
+        let (_, seen) = against(&[200], |client| async move {
+            let pods: Api<Pod> = Api::namespaced(client, "team");
+            annotate(&pods, "trainer", "fakegpu.dev/gpus", None).await
+        })
+        .await;
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen[0].body,
+            json!({"metadata": {"annotations": {"fakegpu.dev/gpus": null}}})
         );
     }
 }

@@ -195,7 +195,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
             remove_unserved_plugin_slices(&ctx, &node, Some(&topology)).await?;
             announce_reservations(&ctx, &node.name_any(), &topology, &users).await?;
             record_assignments(&ctx, &node.name_any(), &topology, &users).await?;
-            report_malformed_utilization(&ctx, &node.name_any()).await;
+            report_malformed_annotations(&ctx, &node.name_any()).await;
             report_malformed_unhealthy(&ctx, &node, gpu.count).await;
             report_overbooking(&ctx, &node, &overbooked).await;
             faults::report(&ctx, &node, &topology, bad_faults.as_deref()).await;
@@ -506,7 +506,15 @@ async fn announce_reservations(
 ) -> Result<()> {
     for (namespace, pod, uuid) in tracking::unannounced_reservations(&document.gpus, users) {
         info!(node, %namespace, %pod, gpu = %uuid, "telling a reservation pod which GPU it holds");
-        annotate_pod(ctx, node, &namespace, &pod, annotation::RESERVED_GPU, &uuid).await?;
+        annotate_pod(
+            ctx,
+            node,
+            &namespace,
+            &pod,
+            annotation::RESERVED_GPU,
+            Some(&uuid),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -528,27 +536,49 @@ async fn record_assignments(
             &namespace,
             &pod,
             annotation::ASSIGNED_GPUS,
-            &uuids,
+            Some(&uuids),
         )
         .await?;
     }
     Ok(())
 }
 
-/// Writes one annotation of fakegpu's on a pod. A pod deleted meanwhile has nothing to write
-/// any more.
+/// Takes the recorded GPUs (`fakegpu.dev/gpus`) off the pods of a node whose pool is gone: the
+/// GPUs went with it. A node that only left its pool keeps them, so that joining again moves no
+/// running pod.
+async fn forget_assignments(ctx: &Context, node: &str) -> Result<()> {
+    for pod in ctx.caches.pods_by_node.pods_on(node, &ctx.caches.pods) {
+        if pod.annotations().contains_key(annotation::ASSIGNED_GPUS) {
+            let namespace = pod.namespace().unwrap_or_default();
+            debug!(node, %namespace, pod = %pod.name_any(), "pool gone: removing the pod's recorded GPUs");
+            annotate_pod(
+                ctx,
+                node,
+                &namespace,
+                &pod.name_any(),
+                annotation::ASSIGNED_GPUS,
+                None,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes one annotation of fakegpu's on a pod, or removes it (`None`). A pod deleted meanwhile
+/// has nothing to write any more.
 async fn annotate_pod(
     ctx: &Context,
     node: &str,
     namespace: &str,
     pod: &str,
     key: &str,
-    value: &str,
+    value: Option<&str>,
 ) -> Result<()> {
     // The pods this reconcile started from may be older than the cache is now: the write may
     // have gone out since (another reconcile of the node), and its echo arrived or not yet.
     let cached = ctx.caches.pods.get(&ObjectRef::new(pod).within(namespace));
-    if cached.is_some_and(|cached| cached.annotations().get(key).is_some_and(|v| v == value)) {
+    if cached.is_some_and(|cached| cached.annotations().get(key).map(String::as_str) == value) {
         return Ok(());
     }
     let now = std::time::Instant::now();
@@ -575,20 +605,34 @@ async fn annotate_pod(
     }
 }
 
-/// A Warning Event, once, on each pod of `node` whose utilization annotation does not parse.
-async fn report_malformed_utilization(ctx: &Context, node: &str) {
+/// A Warning Event, once per value, on each pod of `node` whose utilization or GPU-sharing
+/// annotation does not parse.
+async fn report_malformed_annotations(ctx: &Context, node: &str) {
     for pod in ctx.caches.pods_by_node.pods_on(node, &ctx.caches.pods) {
-        let Some((value, error)) = tracking::malformed_utilization(&pod) else {
-            continue;
-        };
-        let message = format!(
-            "annotation {} {value:?} is not usable: {error}; the pod runs at its pool's default utilization",
-            annotation::SIMULATED_UTILIZATION
-        );
         let pod_ref = pod.object_ref(&());
-        ctx.events
-            .warn_once(&pod_ref, "InvalidUtilization", &value, &message)
-            .await;
+        if let Some((value, error)) = tracking::malformed_utilization(&pod) {
+            let message = format!(
+                "annotation {} {value:?} is not usable: {error}; the pod runs at its pool's default utilization",
+                annotation::SIMULATED_UTILIZATION
+            );
+            ctx.events
+                .warn_once(&pod_ref, "InvalidUtilization", &value, &message)
+                .await;
+        }
+        for (name, value, problem) in tracking::malformed_sharing(&pod) {
+            let message = format!(
+                "annotation {name} {value:?} is not usable: {problem}; the pod's GPU memory is \
+                 counted as if it were not there"
+            );
+            ctx.events
+                .warn_once(
+                    &pod_ref,
+                    "InvalidGpuSharing",
+                    &format!("{name}={value}"),
+                    &message,
+                )
+                .await;
+        }
     }
 }
 
@@ -754,9 +798,20 @@ async fn ensure_topology(
 
 /// Takes away what the operator gave a node: its labels and status entries (the patch of an
 /// empty intent names as null every one fakegpu alone set, and only those), its slices and its
-/// topology ConfigMap.
+/// topology ConfigMap; and when its pool is gone, the GPUs recorded on its pods.
 pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
     let name = node.name_any();
+    // Before the pool's label goes: a failed removal is tried again while it still names the
+    // pool.
+    let pool_gone = node.labels().get(POOL_LABEL).is_some_and(|pool| {
+        ctx.caches
+            .pools
+            .get(&ObjectRef::new(pool))
+            .is_none_or(|pool| pool.metadata.deletion_timestamp.is_some())
+    });
+    if pool_gone {
+        forget_assignments(ctx, &name).await?;
+    }
     let lingering = if has_kubelet(node) {
         leaving::lingering_labels(&ctx.caches.claims.state(), &name)
     } else {

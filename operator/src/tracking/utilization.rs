@@ -11,6 +11,44 @@ pub fn malformed_utilization(pod: &Pod) -> Option<(String, UtilizationRangeError
         .map(|error| (text.clone(), error))
 }
 
+/// The pod's GPU-sharing annotations that do not parse: each annotation, its value and why
+/// (its framebuffer use is then the whole GPU, or what the other annotation says; the user
+/// hears of it by an Event).
+pub fn malformed_sharing(pod: &Pod) -> Vec<(&'static str, String, String)> {
+    let annotations = pod.annotations();
+    let fraction = annotations
+        .get(annotation::GPU_FRACTION)
+        .and_then(|text| Some((annotation::GPU_FRACTION, text, gpu_fraction(text).err()?)));
+    let memory = annotations
+        .get(annotation::GPU_MEMORY)
+        .and_then(|text| Some((annotation::GPU_MEMORY, text, gpu_memory_mib(text).err()?)));
+    fraction
+        .into_iter()
+        .chain(memory)
+        .map(|(name, text, problem)| (name, text.clone(), problem))
+        .collect()
+}
+
+/// A `gpu-fraction` value: the share of one GPU, above 0 and at most 1 (KAI asks for more than
+/// one GPU with `gpu-fraction-num-devices`, not a fraction above 1).
+fn gpu_fraction(text: &str) -> Result<f64, String> {
+    let fraction: f64 = text.trim().parse().map_err(|_| "not a number".to_owned())?;
+    if fraction > 0.0 && fraction <= 1.0 {
+        Ok(fraction)
+    } else {
+        Err("a share of one GPU is above 0 and at most 1".into())
+    }
+}
+
+/// A `gpu-memory` value: MiB of one GPU's memory, a positive whole number.
+fn gpu_memory_mib(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("MiB of GPU memory: above 0".into()),
+        Ok(mib) => Ok(mib),
+        Err(_) => Err("not a whole number of MiB".into()),
+    }
+}
+
 /// Where a pod's utilization comes from when its annotation does not say.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Defaults<'a> {
@@ -45,15 +83,13 @@ pub fn usage(pod: &Pod, defaults: Defaults<'_>, gpu_memory_mib: u64) -> PodGpuUs
         .unwrap_or(UtilizationRange { min: 100, max: 100 });
     let fraction = annotations
         .get(annotation::GPU_FRACTION)
-        .and_then(|text| text.trim().parse::<f64>().ok())
-        .filter(|f| *f > 0.0 && *f <= 1.0)
+        .and_then(|text| self::gpu_fraction(text).ok())
         .unwrap_or(1.0);
     // Bounded by the GPU's memory: the cast cannot overflow.
     let by_fraction = (gpu_memory_mib as f64 * fraction) as u64;
     let fb_used = annotations
         .get(annotation::GPU_MEMORY)
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .filter(|mib| *mib > 0)
+        .and_then(|text| self::gpu_memory_mib(text).ok())
         .map_or(by_fraction, |mib| mib.min(gpu_memory_mib));
     PodGpuUsage {
         utilization: UtilizationBounds {
@@ -160,5 +196,42 @@ mod tests {
             );
         }
         assert!(malformed_utilization(&annotated).is_none());
+    }
+
+    #[test]
+    fn sharing_annotations_that_do_not_parse_are_named() {
+        let sharing = |annotations: serde_json::Value| {
+            let p = pod(
+                "s",
+                "2026-01-01T00:00:00Z",
+                json!({"metadata": {"annotations": annotations}}),
+            );
+            let malformed: Vec<String> = malformed_sharing(&p)
+                .into_iter()
+                .map(|(name, value, _)| format!("{name}={value}"))
+                .collect();
+            (malformed, usage(&p, Defaults::default(), 1000).fb_used)
+        };
+        assert_eq!(
+            sharing(json!({"gpu-fraction": "0.25", "gpu-memory": "300"})),
+            (vec![], 300)
+        );
+        assert_eq!(sharing(json!({"gpu-fraction": " 1 "})), (vec![], 1000));
+        for bad in ["2.5", "abc", "0", "-0.5", ""] {
+            assert_eq!(
+                sharing(json!({"gpu-fraction": bad})),
+                (vec![format!("gpu-fraction={bad}")], 1000),
+                "{bad}"
+            );
+        }
+        // A good annotation beside a bad one still counts.
+        assert_eq!(
+            sharing(json!({"gpu-fraction": "0.5", "gpu-memory": "abc"})),
+            (vec!["gpu-memory=abc".to_owned()], 500)
+        );
+        assert_eq!(
+            sharing(json!({"gpu-fraction": "many", "gpu-memory": "0"})).0,
+            ["gpu-fraction=many", "gpu-memory=0"]
+        );
     }
 }
