@@ -17,6 +17,10 @@
 #                          (hack/release.sh's DIR) as it is, its pinned images pulled from the
 #                          registry it names
 #   hack/node.sh restart-kubelet   stop the kubelet and start it again (pods keep running)
+#   hack/node.sh api-relay stop|start
+#                          stop the relay by which pods reach the API server (their connections
+#                          are then refused, as in an API server outage; the kubelet, on
+#                          loopback, keeps it), or start it again
 #   hack/node.sh name      print the node's name
 #   hack/node.sh snapshot  print the host state `down` must restore (mounts, iptables, nftables,
 #                          cgroups, links, directories): hack/test.sh compares before and after
@@ -425,6 +429,15 @@ restart_kubelet() {
   log "kubelet restarted"
 }
 
+api_relay() { # stop|start
+  proc_running kubelet || die "the node is not up: run $0 up"
+  case ${1:-} in
+    stop) proc_stop forward; log "pods' relay to the API server stopped: their connections are refused" ;;
+    start) start_api_relay; log "pods' relay to the API server started" ;;
+    *) die "usage: $0 api-relay stop|start" ;;
+  esac
+}
+
 up() {
   local why
   why=$(check) || die "this machine cannot run a real node: $why"
@@ -466,9 +479,6 @@ up() {
 # pods on it reach the API server on the host's loopback. Nothing routes the bridge anywhere
 # else.
 bridge_network() {
-  local port
-  port=$(apiserver_url)
-  port=${port##*:}
   openssl x509 -in "$dir/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$bridge_ip" ||
     die "the API server's certificate does not name $bridge_ip: restart the cluster (hack/cluster.sh down; hack/cluster.sh up)"
   [[ $(k get endpointslices -n default -l kubernetes.io/service-name=kubernetes \
@@ -478,6 +488,14 @@ bridge_network() {
   ip addr replace "$bridge_ip/${cni_subnet#*/}" dev "$cni_bridge"
   ip link set "$cni_bridge" up
   ip route replace "$service_cidr" dev "$cni_bridge" src "$bridge_ip"
+  start_api_relay
+}
+
+# The relay by which pods on the bridge reach the API server on the host's loopback.
+start_api_relay() {
+  local port
+  port=$(apiserver_url)
+  port=${port##*:}
   start forward "$bin/forward" "$bridge_ip:$port=127.0.0.1:$port"
 }
 
@@ -709,8 +727,9 @@ case ${1:-} in
     ;;
   bundle) shift; bundle "$@" ;;
   restart-kubelet) restart_kubelet ;;
+  api-relay) api_relay "${2:-}" ;;
   name) echo "$node" ;;
   snapshot) snapshot ;;
   check) check ;;
-  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|restart-kubelet|name|snapshot|check|running}" >&2; exit 2 ;;
+  *) echo "usage: $0 {up|down|load ARCHIVE...|bundle|restart-kubelet|api-relay stop|start|name|snapshot|check|running}" >&2; exit 2 ;;
 esac

@@ -1911,6 +1911,153 @@ async fn two_operator_replicas_elect_one_leader_and_fail_over() -> anyhow::Resul
         .and(alone.map(drop))
 }
 
+/// Stops (`stop`) or starts (`start`) the relay by which pods reach the API server: while it is
+/// stopped their connections are refused, as in an API server outage, and the kubelet (on
+/// loopback) carries on.
+fn api_relay(action: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new(fakegpu_e2e::repo_root().join("hack/node.sh"))
+        .args(["api-relay", action])
+        .status()?;
+    ensure!(
+        status.success(),
+        "hack/node.sh api-relay {action}: {status}"
+    );
+    Ok(())
+}
+
+/// The host PID of the process of pod `uid` whose command line names `program` (its cgroup
+/// names the pod).
+fn pod_process(uid: &str, program: &str) -> anyhow::Result<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Processes that end meanwhile are no candidates.
+        let (Ok(cgroup), Ok(command)) = (
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")),
+            std::fs::read(format!("/proc/{pid}/cmdline")),
+        ) else {
+            continue;
+        };
+        if cgroup.contains(&format!("pod{uid}"))
+            && String::from_utf8_lossy(&command).contains(program)
+        {
+            found.push(pid);
+        }
+    }
+    let [pid] = found.as_slice() else {
+        bail!("processes of pod {uid} running {program}: {found:?}");
+    };
+    Ok(*pid)
+}
+
+/// The operator container's restart count and whether its pod is Ready.
+fn operator_state(pod: &Pod) -> (i32, bool) {
+    let status = pod.status.clone().unwrap_or_default();
+    let restarts = status
+        .container_statuses
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.name == "operator")
+        .map_or(-1, |c| c.restart_count);
+    let ready = status
+        .conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    (restarts, ready)
+}
+
+/// The bundle's operator, restarted while its API server refuses its pod's connections, waits
+/// instead of exiting: its container is not restarted again (an exit per try was
+/// CrashLoopBackOff, whose back-off outlasted the outage), its pod is not Ready meanwhile, its
+/// log says why, and it is Ready and leading again once the API server answers.
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn the_operator_restarted_during_an_api_server_outage_waits_for_it() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+    let name = one_leader(&client, 1).await?;
+    let pod = pods.get(&name).await?;
+    let uid = pod
+        .metadata
+        .uid
+        .clone()
+        .context("the operator's pod has no UID")?;
+    let (before, _) = operator_state(&pod);
+    api_relay("stop")?;
+    let outage = async {
+        let pid = pod_process(&uid, "fakegpu-operator")?;
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()?;
+        ensure!(killed.success(), "kill -KILL {pid}: {killed}");
+        eventually(
+            "the operator's container started again",
+            CONVERGE,
+            || async {
+                let pod = pods.get(&name).await?;
+                let running = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.name == "operator"))
+                    .and_then(|c| c.state.as_ref())
+                    .is_some_and(|state| state.running.is_some());
+                Ok((operator_state(&pod).0 == before + 1 && running).then_some(()))
+            },
+        )
+        .await?;
+        // Several tries (1 s, 2 s, 4 s, 8 s), each of which used to be an exit.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let (restarts, ready) = operator_state(&pods.get(&name).await?);
+        ensure!(
+            restarts == before + 1,
+            "the operator exited during the outage: {restarts} restarts, {before} before"
+        );
+        ensure!(
+            !ready,
+            "the operator's pod is Ready while its API server refuses it"
+        );
+        let said = kubectl(&[
+            "logs",
+            "-n",
+            fakegpu_e2e::OPERATOR_NAMESPACE,
+            &name,
+            "-c",
+            "operator",
+        ])?;
+        let retries = said
+            .matches("the API server did not answer; retrying")
+            .count();
+        ensure!(retries >= 2, "{retries} retries logged: {said}");
+        Ok(())
+    }
+    .await;
+    let restored = api_relay("start");
+    outage?;
+    restored?;
+    eventually(
+        "the operator Ready again, not restarted",
+        CONVERGE,
+        || async {
+            let (restarts, ready) = operator_state(&pods.get(&name).await?);
+            ensure!(
+                restarts == before + 1,
+                "{restarts} restarts, {before} before"
+            );
+            Ok(ready.then_some(()))
+        },
+    )
+    .await?;
+    one_leader(&client, 1).await.map(drop)
+}
+
 #[tokio::test]
 #[ignore = "needs hack/node.sh's real node, the bundle in-cluster and hack/nvidia-components.sh: hack/test.sh runs it"]
 async fn nvidia_s_own_components_run_against_a_mock_pool_s_driver_root() -> anyhow::Result<()> {
