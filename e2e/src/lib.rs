@@ -602,6 +602,41 @@ pub async fn create_kwok_pod_with(
         .with_context(|| format!("creating pod {namespace}/{name}"))
 }
 
+/// Pod annotation read by the local cluster's KWOK Stages (hack/kwok, after KWOK's general
+/// Stages): how long a Job's pod runs before it succeeds, a Go duration (`15s`). Without it a
+/// Job's pod succeeds as soon as it runs.
+pub const KWOK_RUN_FOR: &str = "pod-complete.stage.kwok.x-k8s.io/delay";
+
+/// Creates a batch/v1 Job of one pod for KWOK nodes: its pod template has `metadata` (labels,
+/// annotations), KWOK's toleration and one container, with `spec`'s fields over those.
+pub async fn create_kwok_job(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    metadata: serde_json::Value,
+    spec: serde_json::Value,
+) -> anyhow::Result<k8s_openapi::api::batch::v1::Job> {
+    let mut pod_spec = serde_json::json!({
+        "restartPolicy": "Never",
+        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "main", "image": "busybox"}],
+    });
+    if let (Some(target), Some(fields)) = (pod_spec.as_object_mut(), spec.as_object()) {
+        for (key, value) in fields {
+            target.insert(key.clone(), value.clone());
+        }
+    }
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"backoffLimit": 0, "template": {"metadata": metadata, "spec": pod_spec}},
+    }))?;
+    Api::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .with_context(|| format!("creating Job {namespace}/{name}"))
+}
+
 /// Waits until a pod runs and returns it (with the node it was bound to).
 pub async fn running_pod(
     client: &Client,

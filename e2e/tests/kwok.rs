@@ -11,9 +11,9 @@ use fakegpu_api::{
     topology::NodeTopology,
 };
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_kwok_node, create_kwok_pod, create_kwok_pod_with,
-    create_namespace, create_pool, eventually, install_crds, kwok_scenario, running_pod,
-    set_node_pool, topology_of, unique_name,
+    Cleanup, KWOK_RUN_FOR, admin_client, create_kwok_job, create_kwok_node, create_kwok_pod,
+    create_kwok_pod_with, create_namespace, create_pool, eventually, install_crds, kwok_scenario,
+    running_pod, set_node_pool, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -128,6 +128,79 @@ async fn nodes_created_into_a_pool_keep_room_for_pods() -> anyhow::Result<()> {
                 "{name}: allocatable without pods: {allocatable:?}"
             );
         }
+        Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
+/// Under the local cluster's KWOK Stages a Job's pod annotated with how long it runs holds its
+/// GPU that long, then succeeds and frees it; one without the annotation succeeds at once, as
+/// under KWOK's fast Stages. Quota systems (Kueue) need work that holds its GPUs a while.
+#[tokio::test]
+async fn a_job_s_pod_runs_for_the_time_it_states_then_frees_its_gpu() -> anyhow::Result<()> {
+    let (client, pool, node, namespace, cleanup) = kwok_scenario("runfor").await?;
+    let result = async {
+        create_pool(&client, &pool, json!({"gpu": {"profile": "t4", "count": 1}})).await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        eventually("KWOK node has its GPU", CONVERGE, || async {
+            let n = nodes.get(&node).await?;
+            Ok((gpu_capacity(&n).1.as_deref() == Some("1")).then_some(()))
+        })
+        .await?;
+        let spec = json!({"nodeSelector": {"fakegpu.dev/pool": pool}, "containers": [
+            {"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(client.clone(), &namespace);
+        let succeeded = |name: &'static str| {
+            let jobs = jobs.clone();
+            async move {
+                let job = jobs.get(name).await?;
+                anyhow::Ok(job.status.and_then(|s| s.succeeded) == Some(1))
+            }
+        };
+
+        create_kwok_job(&client, &namespace, "quick", json!({}), spec.clone()).await?;
+        eventually("Job quick succeeded", CONVERGE, || async {
+            Ok(succeeded("quick").await?.then_some(()))
+        })
+        .await?;
+
+        let run_for = Duration::from_secs(15);
+        let created = std::time::Instant::now();
+        create_kwok_job(
+            &client,
+            &namespace,
+            "steady",
+            json!({"annotations": {KWOK_RUN_FOR: "15s"}}),
+            spec,
+        )
+        .await?;
+        topology_where(&client, &node, "the GPU held by Job steady's pod", |d| {
+            holders(d)[0].starts_with("steady-")
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(8).saturating_sub(created.elapsed())).await;
+        ensure!(
+            !succeeded("steady").await?,
+            "Job steady succeeded within 8 s of its 15"
+        );
+        let document = topology_of(&client, &node).await?.context("topology")?.1;
+        ensure!(
+            holders(&document)[0].starts_with("steady-"),
+            "the GPU was freed while Job steady ran: {:?}",
+            holders(&document)
+        );
+        eventually("Job steady succeeded", CONVERGE, || async {
+            Ok(succeeded("steady").await?.then_some(()))
+        })
+        .await?;
+        ensure!(
+            created.elapsed() >= run_for,
+            "Job steady succeeded {:?} after it was created, before its 15 s",
+            created.elapsed()
+        );
+        topology_where(&client, &node, "the GPU free again", |d| holders(d) == [""]).await?;
         Ok(())
     }
     .await;
