@@ -607,12 +607,14 @@ pub async fn create_kwok_pod_with(
 /// Job's pod succeeds as soon as it runs.
 pub const KWOK_RUN_FOR: &str = "pod-complete.stage.kwok.x-k8s.io/delay";
 
-/// Creates a batch/v1 Job of one pod for KWOK nodes: its pod template has `metadata` (labels,
-/// annotations), KWOK's toleration and one container, with `spec`'s fields over those.
+/// Creates a batch/v1 Job of one pod for KWOK nodes, with `labels` (a queue's, say): its pod
+/// template has `metadata` (labels, annotations), KWOK's toleration and one container, with
+/// `spec`'s fields over those.
 pub async fn create_kwok_job(
     client: &Client,
     namespace: &str,
     name: &str,
+    labels: serde_json::Value,
     metadata: serde_json::Value,
     spec: serde_json::Value,
 ) -> anyhow::Result<k8s_openapi::api::batch::v1::Job> {
@@ -628,7 +630,7 @@ pub async fn create_kwok_job(
     }
     let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {"backoffLimit": 0, "template": {"metadata": metadata, "spec": pod_spec}},
     }))?;
     Api::namespaced(client.clone(), namespace)

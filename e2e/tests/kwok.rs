@@ -160,7 +160,7 @@ async fn a_job_s_pod_runs_for_the_time_it_states_then_frees_its_gpu() -> anyhow:
             }
         };
 
-        create_kwok_job(&client, &namespace, "quick", json!({}), spec.clone()).await?;
+        create_kwok_job(&client, &namespace, "quick", json!({}), json!({}), spec.clone()).await?;
         eventually("Job quick succeeded", CONVERGE, || async {
             Ok(succeeded("quick").await?.then_some(()))
         })
@@ -172,6 +172,7 @@ async fn a_job_s_pod_runs_for_the_time_it_states_then_frees_its_gpu() -> anyhow:
             &client,
             &namespace,
             "steady",
+            json!({}),
             json!({"annotations": {KWOK_RUN_FOR: "15s"}}),
             spec,
         )

@@ -49,6 +49,7 @@ prerequisites_suite_packages=(
   "skopeo:a second reader of the image archives, and the push to a registry"
   "docker-registry:the registry on loopback the images are pushed to (hack/registry.sh)"
   "python3-venv:NVML's Python users under test (hack/nvml-python.sh)"
+  "python3-yaml:Kueue's webhook manifests, pointed at loopback (hack/kueue.sh)"
 )
 
 prerequisites_log() { printf '[prerequisites] %s\n' "$*" >&2; }
