@@ -135,6 +135,14 @@ integrations:
 featureGates:
   # An aggregated API server on 0.0.0.0:8082 otherwise; not needed here.
   VisibilityOnDemand: false
+  # Quota for GPUs claimed through DRA (alpha in this release).
+  DynamicResourceAllocation: true
+resources:
+  # A claim of NVIDIA's DeviceClass (fakegpu's DRA pools) counts as that many nvidia.com/gpu,
+  # the resource the queues' quota names for device-plugin GPUs.
+  deviceClassMappings:
+  - name: nvidia.com/gpu
+    deviceClassNames: [gpu.nvidia.com]
 EOF
 }
 

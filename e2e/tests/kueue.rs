@@ -312,3 +312,125 @@ async fn queue_gpu_jobs(
     })
     .await
 }
+
+/// A Job asking for a GPU through a ResourceClaimTemplate of NVIDIA's DeviceClass is counted
+/// against the queue's `nvidia.com/gpu` quota (Kueue's DRA accounting, which hack/kueue.sh
+/// maps `gpu.nvidia.com` to that resource for): with one GPU of quota on a DRA pool of two,
+/// one Job runs with its claim allocated from fakegpu's slice and the other waits until it
+/// ends.
+#[tokio::test]
+#[ignore = "needs Kueue (hack/kueue.sh start): hack/test.sh runs it"]
+async fn kueue_counts_gpus_claimed_through_dra_against_quota() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let id = unique_name("kueuedra");
+    let namespace = create_namespace(&client, "kueuedra").await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&id)
+        .node(&format!("{id}-node"))
+        .namespace(&namespace);
+    let result = claimed_gpu_jobs(&client, &id, &namespace).await;
+    let params = DeleteParams::default();
+    let _ = kueue_api(&client, "ClusterQueue", None)
+        .delete(&id, &params)
+        .await;
+    let _ = kueue_api(&client, "ResourceFlavor", None)
+        .delete(&id, &params)
+        .await;
+    cleanup.after(result).await
+}
+
+async fn claimed_gpu_jobs(client: &Client, id: &str, namespace: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+    let product = pool_of_one(
+        client,
+        id,
+        json!({"gpu": {"profile": "l4", "count": 2},
+            "interfaces": {"devicePlugin": false, "dra": true}}),
+    )
+    .await?;
+    create(
+        &kueue_api(client, "ResourceFlavor", None),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "metadata": {"name": id},
+            "spec": {"nodeLabels": {label::GPU_PRODUCT: product}}}),
+    )
+    .await?;
+    create(
+        &kueue_api(client, "ClusterQueue", None),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": id},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": id, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1}]},
+            ]}],
+        }}),
+    )
+    .await?;
+    create(
+        &kueue_api(client, "LocalQueue", Some(namespace)),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "gpus", "namespace": namespace},
+            "spec": {"clusterQueue": id}}),
+    )
+    .await?;
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly":
+            {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}}},
+    }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &template)
+        .await?;
+    let claimed_job = |name: &'static str| {
+        create_kwok_job(
+            client,
+            namespace,
+            name,
+            json!({QUEUE_NAME: "gpus"}),
+            json!({"annotations": {KWOK_RUN_FOR: "20s"}}),
+            json!({
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"claims": [{"name": "gpu"}]}}],
+            }),
+        )
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    claimed_job("first").await?;
+    eventually("Job first admitted and running", CONVERGE, || async {
+        let job = jobs.get("first").await?;
+        Ok(
+            (!suspended(&job) && job_nodes(client, namespace, "first").await?.len() == 1)
+                .then_some(()),
+        )
+    })
+    .await?;
+    claimed_job("second").await?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    ensure!(
+        suspended(&jobs.get("second").await?)
+            && job_nodes(client, namespace, "second").await?.is_empty(),
+        "Job second runs beyond the queue's one GPU: its claim was not counted"
+    );
+    // The running Job's claim is allocated from fakegpu's slice of the node.
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?;
+    let allocated: Vec<String> = claims
+        .items
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.allocation.as_ref()?.devices.as_ref())
+        .flat_map(|d| d.results.iter().flatten().map(|r| r.pool.clone()))
+        .collect();
+    ensure!(
+        allocated == [format!("{id}-node")],
+        "claims allocated from {allocated:?}"
+    );
+    eventually("Job second admitted and done", CONVERGE, || async {
+        Ok(succeeded(&jobs.get("second").await?).then_some(()))
+    })
+    .await
+}
