@@ -18,6 +18,8 @@ dir=${FAKEGPU_CLUSTER_DIR:-$repo/.cache/cluster}
 kubectl=${FAKEGPU_BIN_DIR:-$repo/target/hack-bin}/kubectl
 # shellcheck source=hack/lib/proc.sh
 source "$repo/hack/lib/proc.sh"
+# shellcheck source=hack/lib/kubeconfig.sh
+source "$repo/hack/lib/kubeconfig.sh"
 proc_run_dir=$dir/run
 proc_log_dir=$dir/logs
 
@@ -146,28 +148,6 @@ resources:
 EOF
 }
 
-# A kubeconfig that authenticates as Kueue's ServiceAccount with a bound token.
-account_kubeconfig() {
-  local kc=$state/$account.kubeconfig token server ca
-  token=$(k create token "$account" -n "$namespace" --duration=24h)
-  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$(k config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  cat >"$kc" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "$server", certificate-authority-data: "$ca"}
-users:
-- name: $account
-  user: {token: "$token"}
-contexts:
-- name: $account
-  context: {cluster: local, user: $account, namespace: $namespace}
-current-context: $account
-EOF
-  echo "$kc"
-}
 
 start() {
   build
@@ -175,7 +155,7 @@ start() {
   config
   proc_running kueue && proc_stop kueue
   local kc
-  kc=$(account_kubeconfig)
+  kc=$(service_account_kubeconfig_to "$kubectl" "$namespace" "$account" "$state/$account.kubeconfig")
   # Kueue reads its metrics server's certificate from a fixed path, /etc/kueue/metrics/certs,
   # unless it manages its certificates itself (made for its Service's DNS name, which loopback
   # is not). It runs in a mount namespace of its own whose /etc is the host's with that path

@@ -27,6 +27,8 @@ account=fakegpu-operator
 instance=${FAKEGPU_OPERATOR_INSTANCE:-operator}
 # shellcheck source=hack/lib/proc.sh
 source "$repo/hack/lib/proc.sh"
+# shellcheck source=hack/lib/kubeconfig.sh
+source "$repo/hack/lib/kubeconfig.sh"
 proc_run_dir=$dir/run
 proc_log_dir=$dir/logs
 http_addr=${FAKEGPU_HTTP_ADDR:-127.0.0.1:18080}
@@ -47,25 +49,7 @@ install() {
 # with a bound token.
 service_account_kubeconfig() {
   local account=${1:-$account}
-  local kc=$dir/$account.kubeconfig token server ca
-  token=$("$kubectl" create token "$account" -n "$namespace" --duration=24h)
-  server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$("$kubectl" config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  cat >"$kc" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "$server", certificate-authority-data: "$ca"}
-users:
-- name: $account
-  user: {token: "$token"}
-contexts:
-- name: $account
-  context: {cluster: local, user: $account, namespace: $namespace}
-current-context: $account
-EOF
-  echo "$kc"
+  service_account_kubeconfig_to "$kubectl" "$namespace" "$account" "$dir/$account.kubeconfig"
 }
 
 stop() {

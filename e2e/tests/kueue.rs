@@ -48,6 +48,56 @@ async fn create(api: &Api<DynamicObject>, object: serde_json::Value) -> anyhow::
     Ok(())
 }
 
+/// ClusterQueue `id` for namespace `namespace` with `nvidia.com/gpu` quota per flavor, in
+/// order, and `spec`'s fields (preemption) besides; LocalQueue `gpus` of the namespace feeding
+/// it. Waits until the ClusterQueue is active.
+async fn queues(
+    client: &Client,
+    id: &str,
+    namespace: &str,
+    quota: &[(String, u32)],
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    let flavors: Vec<serde_json::Value> = quota
+        .iter()
+        .map(|(flavor, gpus)| {
+            json!({"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]})
+        })
+        .collect();
+    let mut queue_spec = json!({
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": flavors}],
+    });
+    if let (Some(target), Some(fields)) = (queue_spec.as_object_mut(), spec.as_object()) {
+        target.extend(fields.clone());
+    }
+    let cluster_queues = kueue_api(client, "ClusterQueue", None);
+    create(
+        &cluster_queues,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": id}, "spec": queue_spec}),
+    )
+    .await?;
+    create(
+        &kueue_api(client, "LocalQueue", Some(namespace)),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "gpus", "namespace": namespace},
+            "spec": {"clusterQueue": id}}),
+    )
+    .await?;
+    eventually("the ClusterQueue active", CONVERGE, || async {
+        let queue = cluster_queues.get(id).await?;
+        let active = queue.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Active" && c["status"] == "True")
+            });
+        Ok(active.then_some(()))
+    })
+    .await
+}
+
 /// A pool of one KWOK node; the GPU product label its node carries (NVIDIA's GFD name).
 async fn pool_of_one(
     client: &Client,
@@ -163,25 +213,12 @@ async fn queue_gpu_jobs(
         )
         .await?;
     }
-    create(
-        &kueue_api(client, "ClusterQueue", None),
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": id},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                    {"name": format!("{id}-t4"), "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]},
-                    {"name": format!("{id}-l4"), "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1}]},
-                ]}],
-            }}),
-    )
-    .await?;
-    create(
-        &kueue_api(client, "LocalQueue", Some(namespace)),
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": "gpus", "namespace": namespace},
-            "spec": {"clusterQueue": id}}),
+    queues(
+        client,
+        id,
+        namespace,
+        &[(format!("{id}-t4"), 2), (format!("{id}-l4"), 1)],
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
     )
     .await?;
     create(
@@ -189,17 +226,6 @@ async fn queue_gpu_jobs(
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
             "metadata": {"name": format!("{id}-high")}, "value": 1000}),
     )
-    .await?;
-    eventually("the ClusterQueue active", CONVERGE, || async {
-        let queue = kueue_api(client, "ClusterQueue", None).get(id).await?;
-        let active = queue.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Active" && c["status"] == "True")
-            });
-        Ok(active.then_some(()))
-    })
     .await?;
 
     // One GPU each, in the queue; no node selector: the flavor Kueue assigns places the pod.
@@ -356,25 +382,7 @@ async fn claimed_gpu_jobs(client: &Client, id: &str, namespace: &str) -> anyhow:
             "spec": {"nodeLabels": {label::GPU_PRODUCT: product}}}),
     )
     .await?;
-    create(
-        &kueue_api(client, "ClusterQueue", None),
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-        "metadata": {"name": id},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                {"name": id, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1}]},
-            ]}],
-        }}),
-    )
-    .await?;
-    create(
-        &kueue_api(client, "LocalQueue", Some(namespace)),
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": "gpus", "namespace": namespace},
-            "spec": {"clusterQueue": id}}),
-    )
-    .await?;
+    queues(client, id, namespace, &[(id.to_owned(), 1)], json!({})).await?;
     let template: ResourceClaimTemplate = serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
         "metadata": {"name": "one-gpu", "namespace": namespace},
