@@ -229,6 +229,11 @@ pub mod annotation {
     /// Topology ConfigMap annotation: how many of the node's GPUs pods hold. Written by pod
     /// tracking, read by the pool status (so it need not parse every node's document).
     pub const ALLOCATED_GPUS: &str = "fakegpu.dev/allocated-gpus";
+    /// DeviceClass annotation: the spec fakegpu last wrote to a class it manages (JSON). Written
+    /// and read by the operator, which writes the spec again only when what it wants differs
+    /// from this, so that an edit of the class by anyone else stays (as an edit of NVIDIA's
+    /// Helm-installed class does).
+    pub const APPLIED_SPEC: &str = "fakegpu.dev/applied-spec";
     /// Node annotation set by users to simulate failed GPUs: comma-separated indices
     /// (`"0,3"`). The operator marks them `Unhealthy` in the topology document; the node
     /// agent's device plugin reports them so to the kubelet.
@@ -331,6 +336,11 @@ pub mod fakegpu {
     /// Environment variable switching leader election: `true` (default) or `false` (a single
     /// replica that never waits, e.g. under a debugger).
     pub const LEADER_ELECTION_ENV: &str = "FAKEGPU_LEADER_ELECTION";
+
+    /// Environment variable switching the `gpu.nvidia.com` DeviceClass's
+    /// `extendedResourceName: nvidia.com/gpu` (NVIDIA's chart sets it): `true` (default) or
+    /// `false`. Read by the operator.
+    pub const DRA_EXTENDED_RESOURCE_ENV: &str = "FAKEGPU_DRA_EXTENDED_RESOURCE";
 
     /// Environment variable with this replica's identity in the lease (the Deployment sets the
     /// pod name); the host name and process id otherwise.

@@ -784,6 +784,33 @@ async fn dra_pools_get_nvidia_device_classes_and_respect_foreign_ones() -> anyho
         let uid = pools(&client).get(&pool).await?.metadata.uid;
         ensure!(ours.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()), "not owned by the pool");
 
+        // An edit of the class stays, as KAI scheduler's suites expect of NVIDIA's Helm-installed
+        // class: extendedResourceName cleared, then another DRA pool makes fakegpu write the
+        // class's owners, not its spec.
+        classes
+            .patch(
+                "gpu.nvidia.com",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"extendedResourceName": null}})),
+            )
+            .await?;
+        let second = format!("{pool}-b");
+        create_pool(&client, &second, json!({"gpu": {"profile": "t4"}, "interfaces": {"dra": true}})).await?;
+        let second_uid = pools(&client).get(&second).await?.metadata.uid;
+        let resynced = eventually("the class owned by both pools", CONVERGE, || async {
+            let class = classes.get("gpu.nvidia.com").await?;
+            let owned = class.owner_references().iter().any(|o| Some(&o.uid) == second_uid.as_ref());
+            Ok(owned.then_some(class))
+        })
+        .await;
+        let _ = pools(&client).delete(&second, &DeleteParams::default()).await;
+        let resynced = resynced?;
+        ensure!(
+            resynced.spec.as_ref().and_then(|s| s.extended_resource_name.as_deref()).is_none(),
+            "fakegpu undid the class's edit: {:?}",
+            resynced.spec
+        );
+
         pools(&client).delete(&pool, &DeleteParams::default()).await?;
         eventually("classes removed with the last DRA pool", CONVERGE, || async {
             let gone = classes.get_opt("gpu.nvidia.com").await?.is_none()

@@ -195,6 +195,31 @@ where
         .await?)
 }
 
+/// A JSON merge patch of `patch` as [`FIELD_MANAGER`], unless `recent` shows the same patch
+/// still on its way to the cache; whether it was sent. For fields of an object fakegpu writes
+/// without claiming the rest of it (a DeviceClass's owners, leaving its spec to whoever edited
+/// it).
+pub async fn merge_patch_once<K>(
+    recent: &RecentWrites,
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    count::<K>("merge-patch");
+    let target = Target::new::<K>(name, None);
+    let write = async {
+        Ok(api
+            .patch(name, &patch_params(), &Patch::Merge(patch))
+            .await?)
+    };
+    Ok(once(recent, target, fingerprint(patch), write)
+        .await?
+        .is_some())
+}
+
 /// [`replace`], unless `recent` shows the same write still on its way to the cache; whether it
 /// was sent.
 pub async fn replace_once<K>(

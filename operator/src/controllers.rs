@@ -73,6 +73,10 @@ pub struct Features {
     pub compute_domains: bool,
     /// Namespaces of GPU-sharing schedulers' reservation pods (see [`crate::tracking`]).
     pub reservations: crate::tracking::ReservationNamespaces,
+    /// Whether the `gpu.nvidia.com` DeviceClass names `nvidia.com/gpu` as its extended resource,
+    /// as NVIDIA's chart sets it: pods asking for `nvidia.com/gpu` may then be served by DRA on
+    /// nodes that do not advertise it, at a cost to the scheduler of every such pod.
+    pub dra_extended_resource: bool,
 }
 
 /// Runs the controllers until a termination signal; returns once they have stopped.
@@ -239,6 +243,7 @@ pub async fn run(
         node_problems: Default::default(),
         recent,
         reservations: features.reservations,
+        dra_extended_resource: features.dra_extended_resource,
         retries: Default::default(),
         device_class_writes: Default::default(),
     });

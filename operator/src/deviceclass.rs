@@ -7,12 +7,18 @@
 //! One class serves every pool; its owner references name every pool that needs it, so the
 //! garbage collector removes it with the last one. A class of the same name that fakegpu did not
 //! create (mixed mode, next to NVIDIA's driver) is left alone and reported on the pools.
+//!
+//! fakegpu writes a class's spec when it creates the class and when what it wants of the spec
+//! changes (an upgrade, the extended-resource setting); an edit of the spec by anyone else
+//! stays until then, as an edit of the class NVIDIA's Helm chart installs does. (KAI
+//! scheduler's suites set and clear `extendedResourceName`; fakegpu used to undo that at once.)
 
 use std::{collections::BTreeMap, sync::Arc};
 
 use fakegpu_api::{
     GpuNodePool,
     names::{
+        annotation::APPLIED_SPEC,
         compute_domain,
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
         resource::{GPU, GPU_DEVICE_CLASS, GPU_DRIVER, MIG_DEVICE_CLASS},
@@ -56,6 +62,15 @@ fn class(
         })
         .collect();
     owner_references.sort_by(|a, b| a.name.cmp(&b.name));
+    let spec = DeviceClassSpec {
+        selectors: Some(vec![DeviceSelector {
+            cel: Some(CELDeviceSelector { expression }),
+        }]),
+        extended_resource_name: extended_resource.map(str::to_owned),
+        ..Default::default()
+    };
+    // Serialising a DeviceClassSpec cannot fail; if it did, the class is only written again.
+    let applied = serde_json::to_string(&spec).unwrap_or_default();
     DeviceClass {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -63,16 +78,11 @@ fn class(
                 MANAGED_BY.to_owned(),
                 MANAGED_BY_VALUE.to_owned(),
             )])),
+            annotations: Some(BTreeMap::from([(APPLIED_SPEC.to_owned(), applied)])),
             owner_references: Some(owner_references),
             ..Default::default()
         },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector { expression }),
-            }]),
-            extended_resource_name: extended_resource.map(str::to_owned),
-            ..Default::default()
-        }),
+        spec: Some(spec),
     }
 }
 
@@ -86,8 +96,10 @@ fn may_have_mig(pool: &GpuNodePool) -> bool {
             .is_some_and(|catalog| catalog.mig_capable())
 }
 
-/// The classes the live pools need.
-pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
+/// The classes the live pools need. `extended_resource`: whether the GPU class names
+/// `nvidia.com/gpu` as its extended resource, as NVIDIA's chart sets it (see
+/// [`crate::controllers::Features`]).
+pub fn desired_classes(pools: &[Arc<GpuNodePool>], extended_resource: bool) -> Vec<DeviceClass> {
     let dra: Vec<&GpuNodePool> = pools
         .iter()
         .map(Arc::as_ref)
@@ -100,7 +112,7 @@ pub fn desired_classes(pools: &[Arc<GpuNodePool>]) -> Vec<DeviceClass> {
         classes.push(class(
             GPU_DEVICE_CLASS,
             of_type(GPU_DRIVER, "gpu"),
-            Some(GPU),
+            extended_resource.then_some(GPU),
             &dra,
         ));
     }
@@ -140,11 +152,36 @@ pub fn is_ours(class: &DeviceClass) -> bool {
     class.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGED_BY_VALUE)
 }
 
-/// Whether the cached class already is what fakegpu wants.
-pub fn class_current(current: &DeviceClass, desired: &DeviceClass) -> bool {
+/// What of a class fakegpu manages it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing: the class is as fakegpu wants it, or its spec as someone edited it.
+    Nothing,
+    /// The labels and owners (the pools that need the class changed).
+    Metadata,
+    /// The whole class: what fakegpu wants of its spec changed since it last wrote it.
+    Whole,
+}
+
+/// What to write of `desired` over `current`, a class fakegpu manages. The spec is compared
+/// with the spec fakegpu last wrote ([`APPLIED_SPEC`]), not with the class's: someone's edit of
+/// the spec is no reason to write it again.
+pub fn write_needed(current: &DeviceClass, desired: &DeviceClass) -> Write {
+    let applied = |class: &DeviceClass| class.annotations().get(APPLIED_SPEC).cloned();
+    if applied(current) != applied(desired) {
+        return Write::Whole;
+    }
     let mut owners = current.owner_references().to_vec();
     owners.sort_by(|a, b| a.name.cmp(&b.name));
-    is_ours(current) && current.spec == desired.spec && owners == desired.owner_references()
+    let labelled = desired
+        .labels()
+        .iter()
+        .all(|(k, v)| current.labels().get(k) == Some(v));
+    if labelled && owners == desired.owner_references() {
+        Write::Nothing
+    } else {
+        Write::Metadata
+    }
 }
 
 /// Classes of fakegpu's names that belong to someone else.
@@ -169,13 +206,26 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
     // one at a time, each compares the newest set with what was last written.
     let _one_at_a_time = ctx.device_class_writes.lock().await;
     let api: Api<DeviceClass> = Api::all(ctx.client.clone());
-    let desired = desired_classes(&ctx.caches.pools.state());
+    let desired = desired_classes(&ctx.caches.pools.state(), ctx.dra_extended_resource);
     for class in &desired {
         let name = class.name_any();
-        match ctx.caches.device_classes.get(&ObjectRef::new(&name)) {
-            Some(current) if !is_ours(&current) => continue,
-            Some(current) if class_current(&current, class) => continue,
-            _ => {
+        let write = match ctx.caches.device_classes.get(&ObjectRef::new(&name)) {
+            Some(current) if !is_ours(&current) => Write::Nothing,
+            Some(current) => write_needed(&current, class),
+            None => Write::Whole,
+        };
+        match write {
+            Write::Nothing => {}
+            Write::Metadata => {
+                let patch = serde_json::json!({"metadata": {
+                    "labels": class.metadata.labels,
+                    "ownerReferences": class.metadata.owner_references,
+                }});
+                if apply::merge_patch_once::<DeviceClass>(&ctx.recent, &api, &name, &patch).await? {
+                    info!(class = %name, "wrote DeviceClass owners");
+                }
+            }
+            Write::Whole => {
                 let mut object = class.clone();
                 object.meta_mut().managed_fields = None;
                 let patch = serde_json::json!({
@@ -225,7 +275,7 @@ mod tests {
     #[test]
     fn classes_follow_the_pools_that_serve_dra() {
         let plugin_only = pool("plain", 1, json!({"gpu": {"profile": "t4"}}));
-        assert!(desired_classes(std::slice::from_ref(&plugin_only)).is_empty());
+        assert!(desired_classes(std::slice::from_ref(&plugin_only), true).is_empty());
 
         let mut dra = (*pool(
             "dra",
@@ -250,8 +300,10 @@ mod tests {
         ))
         .clone();
         dynamic.metadata.uid = Some("uid-dynamic".into());
-        let classes =
-            desired_classes(&[plugin_only, Arc::new(dra), Arc::new(mig), Arc::new(dynamic)]);
+        let classes = desired_classes(
+            &[plugin_only, Arc::new(dra), Arc::new(mig), Arc::new(dynamic)],
+            true,
+        );
 
         let gpu = &classes[0];
         let gpu_spec = gpu.spec.as_ref().expect("spec");
@@ -275,7 +327,7 @@ mod tests {
                 .iter()
                 .all(|o| o.controller.is_none() && o.kind == "GpuNodePool")
         );
-        assert!(is_ours(gpu) && class_current(gpu, gpu));
+        assert!(is_ours(gpu) && write_needed(gpu, gpu) == Write::Nothing);
 
         let mig_class = &classes[1];
         assert_eq!(mig_class.name_any(), "mig.nvidia.com");
@@ -302,7 +354,7 @@ mod tests {
             1,
             json!({"gpu": {"profile": "gb200"}, "interfaces": {"dra": true, "computeDomains": true}}),
         );
-        let classes = desired_classes(&[domains]);
+        let classes = desired_classes(&[domains], true);
         let names: Vec<String> = classes.iter().map(|c| c.name_any()).collect();
         assert_eq!(
             names,
@@ -316,6 +368,49 @@ mod tests {
             expression(&classes[2]),
             "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel' && device.attributes['compute-domain.nvidia.com'].id == 0"
         );
+    }
+
+    #[test]
+    fn an_edit_of_the_spec_stays_until_what_fakegpu_wants_changes() {
+        let pool = |name: &str, created: i64, spec: serde_json::Value| {
+            let mut pool = (*pool(name, created, spec)).clone();
+            pool.metadata.uid = Some(format!("uid-{name}"));
+            Arc::new(pool)
+        };
+        let dra = pool(
+            "dra",
+            1,
+            json!({"gpu": {"profile": "l40s"}, "interfaces": {"dra": true}}),
+        );
+        let wanted = desired_classes(std::slice::from_ref(&dra), true).remove(0);
+        // KAI's suite clears extendedResourceName: the class is as fakegpu wants it all the same.
+        let mut edited = wanted.clone();
+        if let Some(spec) = edited.spec.as_mut() {
+            spec.extended_resource_name = None;
+        }
+        assert_eq!(write_needed(&edited, &wanted), Write::Nothing);
+        // Another pool needs the class too: its owners are written, not its spec.
+        let other = pool(
+            "other",
+            2,
+            json!({"gpu": {"profile": "t4"}, "interfaces": {"dra": true}}),
+        );
+        let both = desired_classes(&[dra.clone(), other], true).remove(0);
+        assert_eq!(write_needed(&edited, &both), Write::Metadata);
+        // What fakegpu wants of the spec changed (the setting turned off): the whole class.
+        let without = desired_classes(std::slice::from_ref(&dra), false).remove(0);
+        assert_eq!(
+            without
+                .spec
+                .as_ref()
+                .and_then(|s| s.extended_resource_name.clone()),
+            None
+        );
+        assert_eq!(write_needed(&edited, &without), Write::Whole);
+        // A class fakegpu wrote before it recorded its spec: written once more.
+        let mut unrecorded = wanted.clone();
+        unrecorded.metadata.annotations = None;
+        assert_eq!(write_needed(&unrecorded, &wanted), Write::Whole);
     }
 
     #[test]

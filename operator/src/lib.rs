@@ -96,6 +96,9 @@ pub struct Context {
     pub device_class_writes: tokio::sync::Mutex<()>,
     /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
     pub reservations: tracking::ReservationNamespaces,
+    /// Whether the `gpu.nvidia.com` DeviceClass names `nvidia.com/gpu` as its extended resource
+    /// (see [`controllers::Features`]).
+    pub dra_extended_resource: bool,
 }
 
 /// The watch caches (reflector stores) reconciles read instead of asking the API server. Some

@@ -2,6 +2,7 @@
 //! `FAKEGPU_NAMESPACE` (where topology ConfigMaps live), `FAKEGPU_HTTP_ADDR` (`/metrics`,
 //! `/healthz`, `/readyz`), `FAKEGPU_NODE_RESOURCE_TOPOLOGY` (`auto` or `false`),
 //! `FAKEGPU_LEADER_ELECTION` (`true` or `false`), `FAKEGPU_IDENTITY` (name in the lease),
+//! `FAKEGPU_DRA_EXTENDED_RESOURCE` (`true` or `false`: the GPU DeviceClass's extended resource),
 //! `FAKEGPU_RESERVATION_NAMESPACES` (GPU reservation pods' namespaces, comma-separated),
 //! `RUST_LOG` (tracing filter), and the usual in-cluster or `KUBECONFIG` credentials.
 
@@ -9,9 +10,9 @@ use anyhow::Context as _;
 use std::{process::ExitCode, time::Duration};
 
 use fakegpu_api::names::fakegpu::{
-    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, DEFAULT_RESERVATION_NAMESPACES, IDENTITY_ENV,
-    LEADER_ELECTION_ENV, LEADER_LEASE, NAMESPACE_ENV, NODE_RESOURCE_TOPOLOGY_ENV,
-    OPERATOR_HTTP_ADDR_ENV, RESERVATION_NAMESPACES_ENV,
+    DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, DEFAULT_RESERVATION_NAMESPACES,
+    DRA_EXTENDED_RESOURCE_ENV, IDENTITY_ENV, LEADER_ELECTION_ENV, LEADER_LEASE, NAMESPACE_ENV,
+    NODE_RESOURCE_TOPOLOGY_ENV, OPERATOR_HTTP_ADDR_ENV, RESERVATION_NAMESPACES_ENV,
 };
 use fakegpu_operator::{
     controllers,
@@ -60,6 +61,15 @@ async fn run() -> anyhow::Result<()> {
     }
 }
 
+/// An environment variable that switches something on (`true`, the default) or off (`false`).
+fn env_switch(name: &str) -> anyhow::Result<bool> {
+    match std::env::var(name).as_deref() {
+        Ok("true") | Err(_) => Ok(true),
+        Ok("false") => Ok(false),
+        Ok(other) => anyhow::bail!("{name}={other:?}: expected true or false"),
+    }
+}
+
 async fn operate(client: kube::Client, namespace: String, metrics: &Metrics) -> anyhow::Result<()> {
     let node_resource_topology = match std::env::var(NODE_RESOURCE_TOPOLOGY_ENV).as_deref() {
         Ok("false") => false,
@@ -96,13 +106,10 @@ async fn operate(client: kube::Client, namespace: String, metrics: &Metrics) -> 
             RESERVATION_NAMESPACES_ENV,
             DEFAULT_RESERVATION_NAMESPACES,
         )),
+        dra_extended_resource: env_switch(DRA_EXTENDED_RESOURCE_ENV)?,
     };
 
-    let leader_election = match std::env::var(LEADER_ELECTION_ENV).as_deref() {
-        Ok("true") | Err(_) => true,
-        Ok("false") => false,
-        Ok(other) => anyhow::bail!("{LEADER_ELECTION_ENV}={other:?}: expected true or false"),
-    };
+    let leader_election = env_switch(LEADER_ELECTION_ENV)?;
 
     if !leader_election {
         metrics.set_leader(true);
