@@ -57,6 +57,12 @@ pub struct NodeTopology {
     /// publishes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra_drivers: Option<Vec<String>>,
+    /// `false` where the node's device plugin advertises nothing: its pool does not serve the
+    /// device plugin, or the node's deploy labels turn it off, yet a DaemonSet may still run
+    /// the plugin there (a label set `true` by hand on a pool without it). Written only as
+    /// `false`; `None`: the plugin advertises the GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_plugin: Option<bool>,
     pub gpus: Vec<GpuTopology>,
 }
 
@@ -67,6 +73,12 @@ impl NodeTopology {
         self.dra_drivers
             .as_ref()
             .is_none_or(|drivers| drivers.iter().any(|d| d == driver))
+    }
+
+    /// Whether the node's device plugin advertises its GPUs (see
+    /// [`NodeTopology::device_plugin`]).
+    pub fn serves_device_plugin(&self) -> bool {
+        self.device_plugin != Some(false)
     }
 }
 

@@ -409,6 +409,125 @@ async fn allocated_claim(
     Ok((result.pool, result.device))
 }
 
+/// KAI scheduler's test clusters tell device-plugin nodes and DRA nodes of one pool apart by
+/// the GPU Operator's deploy labels: each node offers its GPUs the one way its labels say,
+/// never twice. A node labelled `false` for the device plugin turns to DRA while the pool
+/// runs, and without labels the pool decides again.
+#[tokio::test]
+async fn deploy_labels_tell_device_plugin_nodes_from_dra_nodes() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("kai");
+    let [plugin, dra, both] = ["plugin", "dra", "both"].map(|n| format!("{pool}-{n}"));
+    let in_pool = (label::NODE_POOL, pool.as_str());
+    create_kwok_node(
+        &client,
+        &plugin,
+        &[in_pool, (label::DEPLOY_DEVICE_PLUGIN, "true")],
+    )
+    .await?;
+    create_kwok_node(
+        &client,
+        &dra,
+        &[in_pool, (label::DEPLOY_DRA_PLUGIN, "true")],
+    )
+    .await?;
+    create_kwok_node(&client, &both, &[in_pool]).await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&pool)
+        .node(&plugin)
+        .node(&dra)
+        .node(&both);
+    let result = deploy_labels(&client, &pool, [&plugin, &dra, &both]).await;
+    cleanup.after(result).await
+}
+
+async fn deploy_labels(
+    client: &Client,
+    pool: &str,
+    [plugin, dra, both]: [&str; 3],
+) -> anyhow::Result<()> {
+    create_pool(
+        client,
+        pool,
+        json!({"gpu": {"profile": "h100", "count": 2},
+            "interfaces": {"devicePlugin": true, "dra": true}}),
+    )
+    .await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pools: Api<GpuNodePool> = Api::all(client.clone());
+    // (allocatable nvidia.com/gpu, devices in the node's gpu.nvidia.com slice)
+    let offers = |node: &str| {
+        let nodes = nodes.clone();
+        let node = node.to_owned();
+        async move {
+            let allocatable = gpu_capacity(&nodes.get(&node).await?).1;
+            let slice = slices(client).get_opt(&format!("kwok-{node}-gpu")).await?;
+            let devices = slice.and_then(|s| s.spec.devices).map(|d| d.len());
+            anyhow::Ok((allocatable, devices))
+        }
+    };
+    let serving = |expected: [u32; 3]| {
+        let pools = pools.clone();
+        async move {
+            eventually(
+                &format!("pool {pool} counts {expected:?} nodes serving each interface"),
+                CONVERGE,
+                || async {
+                    let counts = pools.get(pool).await?.status.and_then(|s| s.serving_nodes);
+                    let counts = counts.map(|c| [c.device_plugin, c.dra, c.compute_domains]);
+                    Ok((counts == Some(expected)).then_some(()))
+                },
+            )
+            .await
+        }
+    };
+    let gpus = Some("2".to_owned());
+    for (node, expected) in [
+        (plugin, (gpus.clone(), None)),
+        (dra, (None, Some(2))),
+        (both, (gpus.clone(), Some(2))),
+    ] {
+        eventually(
+            &format!("{node} offers (nvidia.com/gpu, slice devices) = {expected:?}"),
+            CONVERGE,
+            || async { Ok((offers(node).await? == expected).then_some(())) },
+        )
+        .await?;
+    }
+    serving([2, 2, 0]).await?;
+
+    // `false` turns the device plugin off; with no DRA label the node serves DRA.
+    let label_plugin = |value: serde_json::Value| {
+        let nodes = nodes.clone();
+        async move {
+            let patch = json!({"metadata": {"labels": {label::DEPLOY_DEVICE_PLUGIN: value}}});
+            nodes
+                .patch(plugin, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+        }
+    };
+    label_plugin(json!("false")).await?;
+    eventually(&format!("{plugin} turns to DRA"), CONVERGE, || async {
+        Ok((offers(plugin).await? == (None, Some(2))).then_some(()))
+    })
+    .await?;
+    serving([1, 3, 0]).await?;
+    let labels = nodes.get(plugin).await?.labels().clone();
+    ensure!(
+        labels.get(label::DEPLOY_DEVICE_PLUGIN).map(String::as_str) == Some("false"),
+        "the user's label was changed: {labels:?}"
+    );
+
+    // The label removed: the pool decides again.
+    label_plugin(serde_json::Value::Null).await?;
+    eventually(&format!("{plugin} serves both again"), CONVERGE, || async {
+        Ok((offers(plugin).await? == (gpus.clone(), Some(2))).then_some(()))
+    })
+    .await?;
+    serving([2, 3, 0]).await
+}
+
 #[tokio::test]
 async fn dra_claims_are_allocated_from_the_operators_slices() -> anyhow::Result<()> {
     let client = admin_client().await?;

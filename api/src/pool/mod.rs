@@ -386,9 +386,29 @@ pub struct GpuNodePoolStatus {
     /// with a kubelet (the bundle's driver root; pass it as their `--driver-root`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_root: Option<String>,
+    /// How many of the pool's nodes serve each of its interfaces: every node serves the
+    /// pool's `spec.interfaces`, less those its deploy labels turn off (see the book's
+    /// "Interfaces per node").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_nodes: Option<ServingNodes>,
     /// Per-node summary, sorted by name; only the first 100 nodes are listed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<PoolNodeStatus>,
+}
+
+/// Nodes serving each interface.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingNodes {
+    /// Nodes advertising `nvidia.com/gpu` as an extended resource.
+    #[serde(default)]
+    pub device_plugin: u32,
+    /// Nodes publishing their GPUs in a ResourceSlice of DRA driver `gpu.nvidia.com`.
+    #[serde(default)]
+    pub dra: u32,
+    /// Nodes publishing an IMEX channel (DRA driver `compute-domain.nvidia.com`).
+    #[serde(default)]
+    pub compute_domains: u32,
 }
 
 /// One node of the pool.

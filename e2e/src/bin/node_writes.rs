@@ -88,10 +88,11 @@ fn intent() -> anyhow::Result<NodeIntent> {
             "interfaces": {"devicePlugin": true, "dra": true}},
     }))?;
     let gpu = resolve_pool(&pool.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let resources = desired_resources(&pool, &gpu, true);
+    let served = &pool.spec.interfaces;
+    let resources = desired_resources(&pool, &gpu, true, served);
     let bare = Cached::new(Node::default());
     Ok(NodeIntent {
-        labels: desired_labels(&pool, &gpu, false),
+        labels: desired_labels(&pool, &gpu, false, served, &Default::default()),
         fractioning: desired_fractioning(&bare, &pool, &resources, &Time(jiff::Timestamp::now())),
         resources,
         ..Default::default()

@@ -57,9 +57,12 @@ impl Offer {
 }
 
 /// The offers a document calls for: `nvidia.com/gpu` always (it may offer nothing), and one per
-/// MIG profile the node has under the mixed strategy.
+/// MIG profile the node has under the mixed strategy where the node serves the device plugin.
 pub fn offers(topology: Option<&NodeTopology>) -> BTreeSet<Offer> {
     let mut offers = BTreeSet::from([Offer::Gpus]);
+    if topology.is_some_and(|t| !t.serves_device_plugin()) {
+        return offers;
+    }
     if let Some(topology) = topology.filter(|t| t.mig_strategy == "mixed") {
         offers.extend(
             topology
@@ -88,7 +91,11 @@ pub struct GpuDevicePlugin {
 /// the whole GPUs, and under MIG strategy `single` the MIG instances (as NVIDIA's plugin
 /// advertises them); `nvidia.com/mig-<profile>`: that profile's instances.
 pub fn devices(topology: Option<&NodeTopology>, offer: &Offer) -> Vec<Device> {
-    let Some(topology) = topology else {
+    // A node whose deploy labels or pool turn the device plugin off offers nothing (a label
+    // set `true` by hand may run the plugin's DaemonSet on it all the same): the kubelet
+    // then counts no `nvidia.com/gpu` at once, where a plugin gone would leave the GPUs
+    // unhealthy for its grace period.
+    let Some(topology) = topology.filter(|t| t.serves_device_plugin()) else {
         return Vec::new();
     };
     let single = topology.mig_strategy == "single";
@@ -365,6 +372,22 @@ mod tests {
         assert_eq!(devices[1].health, "Unhealthy");
         assert_eq!(devices[1].topology.as_ref().expect("zone").nodes[0].id, 1);
         assert!(super::devices(None, &Offer::Gpus).is_empty());
+    }
+
+    #[test]
+    fn a_node_whose_device_plugin_is_off_offers_nothing() {
+        let mut t = topology();
+        t.device_plugin = Some(false);
+        assert!(devices(Some(&t), &Offer::Gpus).is_empty());
+        t.mig_strategy = "mixed".into();
+        t.gpus[0].mig_devices = vec![fakegpu_api::topology::MigDevice {
+            uuid: "MIG-a".into(),
+            profile: "1g.10gb".into(),
+            ..Default::default()
+        }];
+        assert_eq!(offers(Some(&t)), BTreeSet::from([Offer::Gpus]));
+        t.device_plugin = None;
+        assert_eq!(offers(Some(&t)).len(), 2);
     }
 
     #[test]

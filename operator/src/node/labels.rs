@@ -5,24 +5,28 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     names::{fakegpu::POOL_LABEL, label},
-    pool::{Backend, GpuNodePool, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
+    pool::{Backend, GpuNodePool, Interfaces, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value, published_mig_name},
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::CachedNode;
+use super::{CachedNode, interfaces::DeployChoices};
 use crate::{
     apply::names_only_ours,
     cache::{Digest, same_content},
 };
 
-/// Desired labels of a node owned by `pool`. `has_kubelet` is false for KWOK nodes, which get
-/// no deploy labels for node-local plugins (the operator serves them centrally).
+/// Desired labels of a node owned by `pool` that serves `served` of its interfaces (see
+/// [`super::interfaces`]). `has_kubelet` is false for KWOK nodes, which get no deploy labels
+/// for node-local plugins (the operator serves them centrally). A deploy label someone else
+/// set (`choices`) is theirs: fakegpu neither writes nor removes it.
 pub fn desired_labels(
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     has_kubelet: bool,
+    served: &Interfaces,
+    choices: &DeployChoices,
 ) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     let mut set = |key: &str, value: String| {
@@ -91,14 +95,14 @@ pub fn desired_labels(
 
     set(label::DEPLOY_DCGM_EXPORTER, yes());
     if has_kubelet {
-        if pool.spec.interfaces.device_plugin {
-            set(label::DEPLOY_DEVICE_PLUGIN, yes());
-        }
-        if pool.spec.interfaces.dra {
-            set(label::DEPLOY_DRA_PLUGIN, yes());
-        }
-        if pool.spec.interfaces.compute_domains {
-            set(label::DEPLOY_COMPUTE_DOMAIN_PLUGIN, yes());
+        for (on, key) in [
+            (served.device_plugin, label::DEPLOY_DEVICE_PLUGIN),
+            (served.dra, label::DEPLOY_DRA_PLUGIN),
+            (served.compute_domains, label::DEPLOY_COMPUTE_DOMAIN_PLUGIN),
+        ] {
+            if on && !choices.chose(key) {
+                set(key, yes());
+            }
         }
         if pool.spec.gpu.backend == Backend::Mock {
             set(label::DEPLOY_DRIVER_ROOT, yes());
@@ -179,15 +183,16 @@ fn engine_labels(engines: &MigEngines) -> [(&'static str, u32); 5] {
 /// label of the operator's is left over.
 pub fn labels_current(node: &CachedNode, desired: &BTreeMap<String, String>) -> bool {
     let current = node.labels();
+    let choices = DeployChoices::of(current);
     let missing: BTreeMap<&String, &String> = desired
         .iter()
         .filter(|(k, v)| current.get(*k) != Some(v))
         .collect();
     // The labels the cache dropped are what is missing, or nothing is.
     same_content(&BTreeMap::new(), node.kept().own_labels, &missing)
-        && current
-            .keys()
-            .all(|key| desired.contains_key(key) || !label::is_operator_label(key))
+        && current.keys().all(|key| {
+            desired.contains_key(key) || !label::is_operator_label(key) || choices.chose(key)
+        })
 }
 
 /// Whether writing `desired` may have to take labels of fakegpu's off the node: its labels
@@ -196,12 +201,12 @@ pub fn labels_current(node: &CachedNode, desired: &BTreeMap<String, String>) -> 
 /// read from the node itself ([`only_ours`]); a node that never had fakegpu's labels (every
 /// node joining a pool) needs no such read.
 pub fn may_take_back(node: &CachedNode, desired: &BTreeMap<String, String>) -> bool {
+    let choices = DeployChoices::of(node.labels());
     !labels_current(node, desired)
         && (node.kept().own_labels.is_some()
-            || node
-                .labels()
-                .keys()
-                .any(|key| label::is_operator_label(key) && !desired.contains_key(key)))
+            || node.labels().keys().any(|key| {
+                label::is_operator_label(key) && !desired.contains_key(key) && !choices.chose(key)
+            }))
 }
 
 /// The labels fakegpu set on `node` that no one else set too (read from its managed fields).
@@ -247,7 +252,9 @@ mod tests {
     fn labels_of(spec: serde_json::Value, has_kubelet: bool) -> BTreeMap<String, String> {
         let pool = pool(spec);
         let gpu = resolve_pool(&pool.spec).expect("resolves");
-        desired_labels(&pool, &gpu, has_kubelet)
+        let none = DeployChoices::default();
+        let served = super::super::interfaces::served(&pool, !has_kubelet, &none);
+        desired_labels(&pool, &gpu, has_kubelet, &served, &none)
     }
 
     #[test]
@@ -440,16 +447,50 @@ mod tests {
     }
 
     #[test]
+    fn deploy_labels_someone_else_set_are_left_to_them() {
+        let pool = pool(json!({"gpu": {"profile": "a100"}, "interfaces": {"dra": true}}));
+        let gpu = resolve_pool(&pool.spec).expect("resolves");
+        let labels_with = |user: &[(&str, &str)]| {
+            let user: BTreeMap<String, String> = user
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let choices = DeployChoices::of(&user);
+            let served = super::super::interfaces::served(&pool, false, &choices);
+            (user, desired_labels(&pool, &gpu, true, &served, &choices))
+        };
+        let (_, decided) = labels_with(&[]);
+        assert_eq!(decided[label::DEPLOY_DEVICE_PLUGIN], "true");
+        assert_eq!(decided[label::DEPLOY_DRA_PLUGIN], "true");
+        // `false` on the device plugin: fakegpu writes neither that label nor over it.
+        let (user, off) = labels_with(&[(label::DEPLOY_DEVICE_PLUGIN, "false")]);
+        assert!(!off.contains_key(label::DEPLOY_DEVICE_PLUGIN));
+        assert_eq!(off[label::DEPLOY_DRA_PLUGIN], "true");
+        let mut node = off.clone();
+        node.extend(user);
+        assert!(labels_current(&labelled(&node), &off));
+        // DRA picked: the device plugin's label is not written (its DaemonSet stays away).
+        let (_, dra) = labels_with(&[(label::DEPLOY_DRA_PLUGIN, "true")]);
+        assert!(!dra.contains_key(label::DEPLOY_DEVICE_PLUGIN));
+        assert!(!dra.contains_key(label::DEPLOY_DRA_PLUGIN));
+    }
+
+    #[test]
     fn current_means_equal_values_and_no_leftovers() {
         let desired = labels_of(json!({"gpu": {"profile": "a100"}}), false);
         let mut current = desired.clone();
         current.insert("kubernetes.io/hostname".into(), "n".into());
         assert!(labels_current(&labelled(&current), &desired));
-        current.insert(label::DEPLOY_DEVICE_PLUGIN.into(), "true".into());
+        let mut chosen = current.clone();
+        current.insert(label::MIG_STRATEGY.into(), "single".into());
         assert!(
             !labels_current(&labelled(&current), &desired),
             "leftover operator label"
         );
+        // A deploy label someone else set is their choice, not fakegpu's leftover.
+        chosen.insert(label::DEPLOY_DEVICE_PLUGIN.into(), "false".into());
+        assert!(labels_current(&labelled(&chosen), &desired));
+        assert!(!may_take_back(&labelled(&chosen), &desired));
         let mut changed = desired.clone();
         changed.insert(label::GPU_COUNT.into(), "4".into());
         assert!(!labels_current(&labelled(&changed), &desired));

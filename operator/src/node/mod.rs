@@ -5,6 +5,7 @@
 
 pub mod dynamic_mig;
 pub mod faults;
+pub mod interfaces;
 pub mod labels;
 pub mod leaving;
 pub mod nrt;
@@ -25,7 +26,10 @@ use fakegpu_api::{
     kubelet_devices::KubeletDevices,
     names::{annotation, condition, fakegpu::POOL_LABEL},
     nrt::NodeResourceTopology,
-    pool::resolve::{ResolvedGpu, resolve_pool},
+    pool::{
+        Interfaces,
+        resolve::{ResolvedGpu, resolve_pool},
+    },
     topology::{NodeTopology, parse_gpu_indices},
 };
 use k8s_openapi::{
@@ -52,6 +56,7 @@ use crate::{
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
 };
+use interfaces::DeployChoices;
 
 /// A node as the node cache holds it (see [`Trim for Node`](#impl-Trim-for-Node)).
 pub type CachedNode = Cached<Node>;
@@ -184,12 +189,27 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
                 .pods_on(&node.name_any(), &ctx.caches.pods);
             let classes = ctx.pod_groups.priority_classes(&pods).await;
             let (declared_faults, bad_faults) = faults::declared(&pool, &node);
-            let (topology, users, overbooked) =
-                desired_topology(&ctx, &node, &pool, &gpu, &pods, &classes, &declared_faults);
+            let choices = DeployChoices::of(node.labels());
+            let served = interfaces::served(&pool, !has_kubelet(&node), &choices);
+            let (topology, users, overbooked) = desired_topology(
+                &ctx,
+                &node,
+                &pool,
+                &gpu,
+                &served,
+                &pods,
+                &classes,
+                &declared_faults,
+            );
             // Before the document is written: its change brings the pool's status here.
             note_overbooking(&ctx, &node.name_any(), &overbooked);
-            ensure_node(&ctx, &node, &pool, &gpu, &topology, answer).await?;
-            ensure_slices(&ctx, &node, &pool, &topology).await?;
+            let serving = Serving {
+                pool: &pool,
+                served: &served,
+                choices: &choices,
+            };
+            ensure_node(&ctx, &node, &serving, &gpu, &topology, answer).await?;
+            ensure_slices(&ctx, &node, &serving, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
             remove_unserved_plugin_slices(&ctx, &node, Some(&topology)).await?;
@@ -209,6 +229,14 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
     Ok(Action::await_change())
 }
 
+/// The pool a node serves and what of it the node serves (see [`interfaces`]).
+#[derive(Clone, Copy)]
+struct Serving<'a> {
+    pool: &'a GpuNodePool,
+    served: &'a Interfaces,
+    choices: &'a DeployChoices,
+}
+
 /// How often a node that left its pool looks again whether its pods still hold claims (a
 /// released claim names no node any more, so its event does not reach the node).
 const LINGER_RECHECK: Duration = Duration::from_secs(5);
@@ -220,7 +248,7 @@ const LINGER_RECHECK: Duration = Duration::from_secs(5);
 async fn ensure_node(
     ctx: &Context,
     node: &CachedNode,
-    pool: &GpuNodePool,
+    serving: &Serving<'_>,
     gpu: &ResolvedGpu,
     topology: &NodeTopology,
     mig_answer: dynamic_mig::Answer,
@@ -230,17 +258,25 @@ async fn ensure_node(
         debug!(node = %node.name_any(), "waiting for KWOK to initialize the node's status");
         return Ok(());
     }
-    let mut labels = labels::desired_labels(pool, gpu, has_kubelet(node));
+    let Serving {
+        pool,
+        served,
+        choices,
+    } = *serving;
+    let mut labels = labels::desired_labels(pool, gpu, has_kubelet(node), served, choices);
     labels.extend(mig_answer.labels);
     if has_kubelet(node) {
         // A pool that stopped serving a DRA driver keeps its plugin on the node while the
-        // node's pods hold claims it prepared, as a node leaving its pool does.
+        // node's pods hold claims it prepared, as a node leaving its pool does; a deploy label
+        // someone else set stays theirs.
         let lingering = leaving::lingering_labels(&ctx.caches.claims.state(), &node.name_any());
         for (key, value) in lingering {
-            labels.entry(key).or_insert(value);
+            if !choices.chose(&key) {
+                labels.entry(key).or_insert(value);
+            }
         }
     }
-    let resources = status::desired_resources(pool, gpu, !has_kubelet(node));
+    let resources = status::desired_resources(pool, gpu, !has_kubelet(node), served);
     let unhealthy = topology.gpus.iter().filter(|g| !g.health.is_healthy());
     let unhealthy_gpus = u32::try_from(unhealthy.count()).unwrap_or(u32::MAX);
     let now = Time(Timestamp::now());
@@ -363,11 +399,13 @@ async fn report_malformed_unhealthy(ctx: &Context, node: &CachedNode, count: u32
 
 /// The node's document: the pool's GPUs with the faults `faults` declares, with the pods that
 /// hold them now (returned too), and the pods the GPUs could not serve as asked.
+#[allow(clippy::too_many_arguments)]
 fn desired_topology(
     ctx: &Context,
     node: &CachedNode,
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
+    served: &Interfaces,
     pods: &[Arc<Pod>],
     priority_classes: &HashMap<PodGroupKey, String>,
     faults: &[GpuFault],
@@ -384,6 +422,7 @@ fn desired_topology(
     let mut document = topology::desired_topology(
         pool,
         gpu,
+        served,
         &name,
         previous.as_ref(),
         &topology::Failing {
@@ -636,27 +675,25 @@ async fn report_malformed_annotations(ctx: &Context, node: &str) {
     }
 }
 
-/// The ResourceSlice of a KWOK node in a DRA pool; none otherwise (the node agent publishes
-/// slices for nodes with a kubelet).
-/// The slices of a KWOK node: GPUs when its pool serves DRA, the IMEX channel when it serves
+/// The slices of a KWOK node: GPUs when it serves DRA, the IMEX channel when it serves
 /// ComputeDomains. Nodes with a kubelet get theirs from the node agent.
 async fn ensure_slices(
     ctx: &Context,
     node: &CachedNode,
-    pool: &GpuNodePool,
+    serving: &Serving<'_>,
     topology: &NodeTopology,
 ) -> Result<()> {
     let name = node.name_any();
-    let pool_name = pool.name_any();
+    let pool_name = serving.pool.name_any();
     let kwok = !has_kubelet(node);
     let gpus = slice::slice_name(&name);
     let current = cached_slice(ctx, &gpus);
-    let desired = (kwok && pool.spec.interfaces.dra)
+    let desired = (kwok && serving.served.dra)
         .then(|| slice::desired_slice(node, &pool_name, topology, current.as_deref()));
     sync_slice(ctx, &name, &gpus, current, desired).await?;
     let channels = slice::channel_slice_name(&name);
     let current = cached_slice(ctx, &channels);
-    let desired = (kwok && pool.spec.interfaces.compute_domains)
+    let desired = (kwok && serving.served.compute_domains)
         .then(|| slice::desired_channel_slice(node, &pool_name, current.as_deref()));
     sync_slice(ctx, &name, &channels, current, desired).await
 }

@@ -199,7 +199,14 @@ mod tests {
     fn nrt(spec: serde_json::Value, busy: &[usize]) -> Option<NodeResourceTopology> {
         let pool = pool("p", 0, spec);
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut topology = desired_topology(&pool, &gpu, "n", None, &Failing::default());
+        let mut topology = desired_topology(
+            &pool,
+            &gpu,
+            &pool.spec.interfaces,
+            "n",
+            None,
+            &Failing::default(),
+        );
         for index in busy {
             topology.gpus[*index].status.allocated_by.pod = "busy".into();
         }

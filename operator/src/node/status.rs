@@ -19,7 +19,7 @@ use fakegpu_api::{
         condition::{GPU_FAULT, GPU_FRACTIONING_READY},
         resource::{self, mig_resource},
     },
-    pool::{Backend, MigStrategy, resolve::ResolvedGpu},
+    pool::{Backend, Interfaces, MigStrategy, resolve::ResolvedGpu},
 };
 use k8s_openapi::{
     api::core::v1::{Node, NodeCondition},
@@ -70,21 +70,21 @@ impl NodeIntent {
     }
 }
 
-/// Extended resources of a KWOK node of `pool`: when the pool serves the device plugin
-/// interface, `nvidia.com/gpu` (whole GPUs; under MIG `single`, the instances) and, under MIG
-/// `mixed`, `nvidia.com/mig-<profile>` per profile; and the pool's other resources. Nodes with
-/// a kubelet get theirs from the node agent's device plugin; mock pools from NVIDIA's.
+/// Extended resources of a KWOK node of `pool`: when the node serves the device plugin
+/// interface (`served`, see [`super::interfaces`]), `nvidia.com/gpu` (whole GPUs; under MIG
+/// `single`, the instances) and, under MIG `mixed`, `nvidia.com/mig-<profile>` per profile; and
+/// the pool's other resources. Nodes with a kubelet get theirs from the node agent's device
+/// plugin; mock pools from NVIDIA's.
 pub fn desired_resources(
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
     kwok: bool,
+    served: &Interfaces,
 ) -> BTreeMap<String, Quantity> {
     if !kwok || pool.spec.gpu.backend != Backend::Fake {
         return BTreeMap::new();
     }
-    let gpus = pool
-        .spec
-        .interfaces
+    let gpus = served
         .device_plugin
         .then(|| gpu_resources(gpu))
         .into_iter()
@@ -455,7 +455,7 @@ mod tests {
                 {"gpus": [0, 1], "profiles": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]}}),
         );
         let gpu = fakegpu_api::pool::resolve::resolve_pool(&mixed.spec).expect("resolves");
-        let resources = desired_resources(&mixed, &gpu, true);
+        let resources = desired_resources(&mixed, &gpu, true, &mixed.spec.interfaces);
         let counts: Vec<(&str, &str)> = resources
             .iter()
             .map(|(k, v)| (k.as_str(), v.0.as_str()))
@@ -477,7 +477,7 @@ mod tests {
         );
         let gpu = fakegpu_api::pool::resolve::resolve_pool(&single.spec).expect("resolves");
         assert_eq!(
-            desired_resources(&single, &gpu, true)["nvidia.com/gpu"].0,
+            desired_resources(&single, &gpu, true, &single.spec.interfaces)["nvidia.com/gpu"].0,
             "4"
         );
         // `+` is not valid in a resource name: NVIDIA's device plugin writes `.`.
@@ -488,7 +488,9 @@ mod tests {
                 "layout": [{"profiles": ["1g.10gb+me"]}]}}),
         );
         let gpu = fakegpu_api::pool::resolve::resolve_pool(&media.spec).expect("resolves");
-        let names: Vec<String> = desired_resources(&media, &gpu, true).into_keys().collect();
+        let names: Vec<String> = desired_resources(&media, &gpu, true, &media.spec.interfaces)
+            .into_keys()
+            .collect();
         assert_eq!(names, ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb.me"]);
     }
 
@@ -500,16 +502,16 @@ mod tests {
             json!({"gpu": {"profile": "t4"}, "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}),
         );
         let gpu = resolve(&p.spec.gpu).expect("resolves");
-        let resources = desired_resources(&p, &gpu, true);
+        let resources = desired_resources(&p, &gpu, true, &p.spec.interfaces);
         assert_eq!(resources["nvidia.com/gpu"].0, "4");
         assert_eq!(resources["nvidia.com/hostdev"].0, "2");
-        assert!(desired_resources(&p, &gpu, false).is_empty());
+        assert!(desired_resources(&p, &gpu, false, &p.spec.interfaces).is_empty());
         let dra_only = pool(
             "d",
             0,
             json!({"gpu": {"profile": "t4"}, "interfaces": {"devicePlugin": false, "dra": true}}),
         );
-        assert!(desired_resources(&dra_only, &gpu, true).is_empty());
+        assert!(desired_resources(&dra_only, &gpu, true, &dra_only.spec.interfaces).is_empty());
     }
 
     #[test]
@@ -546,7 +548,7 @@ mod tests {
     fn an_applied_status_is_current_and_keeps_its_transition_time() {
         let fake = pool("p", 0, json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&fake.spec.gpu).expect("resolves");
-        let resources = desired_resources(&fake, &gpu, true);
+        let resources = desired_resources(&fake, &gpu, true, &fake.spec.interfaces);
         let bare = node(json!({"metadata": {"name": "n"}}));
         let intent = NodeIntent {
             fractioning: desired_fractioning(&bare, &fake, &resources, &time(1)),
@@ -640,7 +642,7 @@ mod tests {
     fn the_patch_takes_back_what_fakegpu_alone_set_and_no_longer_wants() {
         let fake = pool("p", 0, json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&fake.spec.gpu).expect("resolves");
-        let resources = desired_resources(&fake, &gpu, true);
+        let resources = desired_resources(&fake, &gpu, true, &fake.spec.interfaces);
         let bare = node(json!({"metadata": {"name": "n"}}));
         let before = NodeIntent {
             labels: BTreeMap::from([("nvidia.com/gpu.count".to_owned(), "4".to_owned())]),

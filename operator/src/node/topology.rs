@@ -7,7 +7,7 @@ use fakegpu_api::{
     faults::{GpuFault, GpuFaults},
     meta,
     names::{annotation, compute_domain, fakegpu::POOL_LABEL, resource, topology as names},
-    pool::{GpuNodePool, NumaSpec, resolve::ResolvedGpu},
+    pool::{GpuNodePool, Interfaces, NumaSpec, resolve::ResolvedGpu},
     topology::{
         FORMAT_VERSION, GpuTopology, Health, MigDevice, NodeTopology, OtherDevice, gpu_uuid,
         mig_uuid, pci_address,
@@ -52,12 +52,14 @@ pub struct Failing<'a> {
     pub faults: &'a [GpuFault],
 }
 
-/// The topology of `node` as `pool` wants it. GPU usage already recorded in `previous` (by pod
+/// The topology of `node` as `pool` wants it, for a node serving `served` of the pool's
+/// interfaces (see [`super::interfaces`]). GPU usage already recorded in `previous` (by pod
 /// tracking) is kept for GPUs that still exist. A GPU marked unhealthy, or with a fault that
 /// takes it out of service, is `Unhealthy`.
 pub fn desired_topology(
     pool: &GpuNodePool,
     gpu: &ResolvedGpu,
+    served: &Interfaces,
     node: &str,
     previous: Option<&NodeTopology>,
     failing: &Failing<'_>,
@@ -138,14 +140,14 @@ pub fn desired_topology(
                 count: r.count,
             })
             .collect(),
-        dra_drivers: Some(served_drivers(pool)),
+        dra_drivers: Some(served_drivers(served)),
+        device_plugin: (!served.device_plugin).then_some(false),
         gpus,
     }
 }
 
-/// The DRA drivers `pool` serves, whose kubelet plugins publish its nodes' devices.
-fn served_drivers(pool: &GpuNodePool) -> Vec<String> {
-    let interfaces = &pool.spec.interfaces;
+/// The DRA drivers of the node's `interfaces`, whose kubelet plugins publish its devices.
+fn served_drivers(interfaces: &Interfaces) -> Vec<String> {
     [
         (interfaces.dra, resource::GPU_DRIVER),
         (interfaces.compute_domains, compute_domain::DRIVER),
@@ -318,7 +320,14 @@ mod tests {
         let drivers = |interfaces: serde_json::Value| {
             let pool = pool(json!({"gpu": {"profile": "gb200"}, "interfaces": interfaces}));
             let gpu = resolve(&pool.spec.gpu).expect("resolves");
-            let document = desired_topology(&pool, &gpu, "n", None, &Failing::default());
+            let document = desired_topology(
+                &pool,
+                &gpu,
+                &pool.spec.interfaces,
+                "n",
+                None,
+                &Failing::default(),
+            );
             [resource::GPU_DRIVER, compute_domain::DRIVER].map(|d| document.serves_driver(d))
         };
         assert_eq!(drivers(json!({"devicePlugin": true})), [false, false]);
@@ -330,11 +339,43 @@ mod tests {
     }
 
     #[test]
+    fn the_document_says_when_the_node_s_device_plugin_is_off() {
+        let pool = pool(json!({"gpu": {"profile": "t4"}, "interfaces": {"dra": true}}));
+        let gpu = resolve(&pool.spec.gpu).expect("resolves");
+        let of = |served: &Interfaces| {
+            desired_topology(&pool, &gpu, served, "n", None, &Failing::default())
+        };
+        let both = of(&pool.spec.interfaces);
+        assert!(both.serves_device_plugin() && both.serves_driver(resource::GPU_DRIVER));
+        // Old readers see no new key on a node serving the device plugin.
+        assert!(!both.to_yaml().expect("yaml").contains("devicePlugin"));
+        let dra_only = Interfaces {
+            device_plugin: false,
+            ..pool.spec.interfaces.clone()
+        };
+        let document = of(&dra_only);
+        assert!(!document.serves_device_plugin());
+        assert!(
+            document
+                .to_yaml()
+                .expect("yaml")
+                .contains("devicePlugin: false")
+        );
+    }
+
+    #[test]
     fn document_lists_every_gpu_with_deterministic_ids() {
         let pool = pool(json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2},
             "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let document = desired_topology(&pool, &gpu, "node-1", None, &Failing::default());
+        let document = desired_topology(
+            &pool,
+            &gpu,
+            &pool.spec.interfaces,
+            "node-1",
+            None,
+            &Failing::default(),
+        );
         assert_eq!(document.gpus.len(), 8);
         assert_eq!(document.gpus[5].id, gpu_uuid("node-1", 5));
         assert_eq!(document.gpus[5].numa_node, Some(1));
@@ -362,13 +403,20 @@ mod tests {
         assert_eq!(document.mig_strategy, "none");
         assert_eq!(
             document,
-            desired_topology(&pool, &gpu, "node-1", None, &Failing::default())
+            desired_topology(
+                &pool,
+                &gpu,
+                &pool.spec.interfaces,
+                "node-1",
+                None,
+                &Failing::default()
+            )
         );
         let failing = Failing {
             unhealthy: &[1],
             ..Failing::default()
         };
-        let failed = desired_topology(&pool, &gpu, "node-1", None, &failing);
+        let failed = desired_topology(&pool, &gpu, &pool.spec.interfaces, "node-1", None, &failing);
         let health: Vec<_> = failed.gpus.iter().map(|g| g.health).collect();
         assert_eq!(health[1], Health::Unhealthy);
         assert_eq!(
@@ -384,6 +432,7 @@ mod tests {
         let faulty = desired_topology(
             &pool,
             &gpu,
+            &pool.spec.interfaces,
             "node-1",
             None,
             &Failing {
@@ -401,9 +450,23 @@ mod tests {
     fn usage_recorded_by_pod_tracking_survives_a_rebuild() {
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut previous = desired_topology(&pool, &gpu, "n", None, &Failing::default());
+        let mut previous = desired_topology(
+            &pool,
+            &gpu,
+            &pool.spec.interfaces,
+            "n",
+            None,
+            &Failing::default(),
+        );
         previous.gpus[1].status.allocated_by.pod = "train-0".into();
-        let rebuilt = desired_topology(&pool, &gpu, "n", Some(&previous), &Failing::default());
+        let rebuilt = desired_topology(
+            &pool,
+            &gpu,
+            &pool.spec.interfaces,
+            "n",
+            Some(&previous),
+            &Failing::default(),
+        );
         assert_eq!(rebuilt.gpus[1].status.allocated_by.pod, "train-0");
         assert_eq!(rebuilt.gpus[0].status, Default::default());
     }
@@ -480,7 +543,14 @@ mod tests {
         let node = node_with_uid("u-1");
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let free = desired_topology(&pool, &gpu, "n", None, &Failing::default());
+        let free = desired_topology(
+            &pool,
+            &gpu,
+            &pool.spec.interfaces,
+            "n",
+            None,
+            &Failing::default(),
+        );
         let cm = |doc: &NodeTopology| {
             desired_configmap("ns", &node, "p", doc.to_yaml().expect("yaml"), 0)
         };

@@ -23,7 +23,7 @@ use kube::{
 
 use crate::{
     membership::Selectors,
-    node::{CachedNode, has_kubelet},
+    node::{CachedNode, has_kubelet, interfaces::DeployChoices},
     recent::fingerprint,
 };
 
@@ -33,6 +33,8 @@ pub struct Member {
     pub name: String,
     /// Managed by KWOK (no kubelet, no node agent).
     pub kwok: bool,
+    /// The deploy labels someone else set on the node (see [`crate::node::interfaces`]).
+    pub choices: DeployChoices,
 }
 
 /// A pool's nodes as the node cache shows them.
@@ -87,6 +89,7 @@ struct Entry {
     labelled: Option<String>,
     /// Managed by KWOK.
     kwok: bool,
+    choices: DeployChoices,
     /// The pools selecting the node, oldest first: the first owns it.
     selecting: Vec<String>,
 }
@@ -96,6 +99,7 @@ impl Entry {
         let entry = Self {
             labelled: node.labels().get(POOL_LABEL).cloned(),
             kwok: !has_kubelet(node),
+            choices: DeployChoices::of(node.labels()),
             selecting: selectors
                 .selecting(node.labels())
                 .iter()
@@ -121,8 +125,8 @@ impl Entry {
 /// What a pool's status counts, summed over the entries.
 #[derive(Debug, Default)]
 struct PoolNodes {
-    /// Nodes carrying the pool's label, and whether KWOK manages each.
-    labelled: BTreeMap<String, bool>,
+    /// Nodes carrying the pool's label: whether KWOK manages each, and its deploy labels.
+    labelled: BTreeMap<String, (bool, DeployChoices)>,
     wanted: usize,
     /// Nodes the pool selects with others.
     contested: BTreeSet<String>,
@@ -170,7 +174,8 @@ impl Index {
             if let Some(pool) = &entry.labelled {
                 let sums = self.by_pool.entry(pool.clone()).or_default();
                 if adding {
-                    sums.labelled.insert(node.to_owned(), entry.kwok);
+                    sums.labelled
+                        .insert(node.to_owned(), (entry.kwok, entry.choices));
                 } else {
                     sums.labelled.remove(node);
                 }
@@ -211,9 +216,10 @@ impl Index {
                 labelled: sums
                     .labelled
                     .iter()
-                    .map(|(name, kwok)| Member {
+                    .map(|(name, (kwok, choices))| Member {
                         name: name.clone(),
                         kwok: *kwok,
+                        choices: *choices,
                     })
                     .collect(),
                 wanted: sums.wanted,

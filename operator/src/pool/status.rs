@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use fakegpu_api::{
     GpuNodePool, GpuNodePoolStatus,
     names::nvml::DRIVER_ROOT,
-    pool::{Backend, PoolNodeStatus, resolve::resolve_pool},
+    pool::{Backend, PoolNodeStatus, ServingNodes, resolve::resolve_pool},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::members::Members;
+use super::members::{Member, Members};
 use crate::{
     conditions::{STALLED, condition, stamp},
     membership,
+    node::interfaces,
 };
 
 /// Condition types.
@@ -179,6 +180,9 @@ pub fn desired_status(
                     "; {without_kubelet} of them run no kubelet and carry labels only (backend mock)"
                 ));
             }
+            if let Some(asking) = asking_for_more(pool, labelled) {
+                message.push_str(&format!("; {asking}"));
+            }
             condition(READY, true, "Reconciled", message)
         }
     };
@@ -280,6 +284,7 @@ pub fn desired_status(
         gpu_count: node_count.saturating_mul(gpus_per_node),
         allocated_gpus: allocated.iter().sum(),
         driver_root: (pool.spec.gpu.backend == Backend::Mock).then(|| DRIVER_ROOT.to_owned()),
+        serving_nodes: Some(serving_nodes(pool, labelled)),
         nodes: labelled
             .iter()
             .zip(&allocated)
@@ -292,6 +297,40 @@ pub fn desired_status(
             })
             .collect(),
     }
+}
+
+/// How many of `labelled` serve each interface of `pool`.
+fn serving_nodes(pool: &GpuNodePool, labelled: &[Member]) -> ServingNodes {
+    let mut counts = ServingNodes::default();
+    for member in labelled {
+        let served = interfaces::served(pool, member.kwok, &member.choices);
+        counts.device_plugin += u32::from(served.device_plugin);
+        counts.dra += u32::from(served.dra);
+        counts.compute_domains += u32::from(served.compute_domains);
+    }
+    counts
+}
+
+/// The nodes whose deploy labels ask for an interface `pool` does not serve, for the Ready
+/// message: a label alone never turns one on, and a user who set it should hear so.
+fn asking_for_more(pool: &GpuNodePool, labelled: &[Member]) -> Option<String> {
+    let asking: Vec<String> = labelled
+        .iter()
+        .filter_map(|member| {
+            let keys = interfaces::unserved_requests(pool, &member.choices);
+            (!keys.is_empty()).then(|| format!("{} ({}=true)", member.name, keys.join("=true, ")))
+        })
+        .collect();
+    (!asking.is_empty()).then(|| {
+        naming(
+            format!(
+                "{} nodes are labelled for an interface the pool does not serve (spec.interfaces \
+                 decides what a label may turn on)",
+                asking.len()
+            ),
+            &asking,
+        )
+    })
 }
 
 /// Conditions by type, for comparing an old status with a new one.
@@ -392,6 +431,68 @@ mod tests {
         );
         assert!(status.nodes.iter().all(|n| n.kwok && n.gpus == 4));
         assert_eq!(find(&status, CONFLICT).status, "False");
+    }
+
+    #[test]
+    fn the_status_counts_the_nodes_serving_each_interface() {
+        let both = pool(
+            "a",
+            1,
+            json!({"gpu": {"profile": "t4"}, "interfaces": {"devicePlugin": true, "dra": true}}),
+        );
+        let member = |name: &str, deploy: serde_json::Value| {
+            let mut labels =
+                json!({"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"});
+            labels
+                .as_object_mut()
+                .expect("labels")
+                .extend(deploy.as_object().expect("deploy labels").clone());
+            node(name, labels)
+        };
+        let nodes = [
+            member("plain", json!({})),
+            member(
+                "dra",
+                json!({"nvidia.com/gpu.deploy.dra-plugin-gpu": "true"}),
+            ),
+            member(
+                "plugin",
+                json!({"nvidia.com/gpu.deploy.device-plugin": "true"}),
+            ),
+            member(
+                "off",
+                json!({"nvidia.com/gpu.deploy.device-plugin": "false",
+                    "nvidia.com/gpu.deploy.compute-domain-dra-plugin": "true"}),
+            ),
+        ];
+        let status = status_of(
+            &both,
+            std::slice::from_ref(&both),
+            &nodes,
+            &[],
+            &NodeProblems::default(),
+            none,
+            &time(100),
+        );
+        assert_eq!(
+            status.serving_nodes,
+            Some(ServingNodes {
+                device_plugin: 2,
+                dra: 3,
+                compute_domains: 0
+            })
+        );
+        let ready = find(&status, READY);
+        assert_eq!(ready.status, "True");
+        assert!(
+            ready.message.ends_with(
+                "; 1 nodes are labelled for an interface the pool does not serve \
+                 (spec.interfaces decides what a label may turn on): off \
+                 (nvidia.com/gpu.deploy.compute-domain-dra-plugin=true)"
+            ),
+            "{}",
+            ready.message
+        );
     }
 
     #[test]
