@@ -5,10 +5,19 @@
 //! `computeDomainDraPlugin`, `kwokComputeDomainDraPlugin`). What has no pool field is said in a
 //! note rather than dropped silently.
 
+pub mod chart_keys;
+
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 use validator::Validate;
 
-use crate::{meta::is_dns_subdomain, names::label::NODE_POOL, pool::GpuNodePoolSpec};
+use crate::{
+    meta::is_dns_subdomain,
+    names::label::{DEPLOY_DEVICE_PLUGIN, DEPLOY_DRA_PLUGIN, NODE_POOL},
+    pool::GpuNodePoolSpec,
+};
+use chart_keys::Fate;
 
 /// GpuNodePools (as API objects) and what the user should know about the conversion.
 #[derive(Debug, Default, PartialEq)]
@@ -72,7 +81,23 @@ pub fn convert(values: &str) -> Result<Converted, ConvertError> {
         .and_then(Value::as_str)
         .unwrap_or(NODE_POOL)
         .to_owned();
-    let mut converted = Converted::default();
+    let mut converted = Converted {
+        notes: left_out(&values),
+        ..Converted::default()
+    };
+    if interfaces["dra"] == true {
+        converted.notes.extend(dra_notes(
+            switch("draPlugin", false),
+            interfaces["devicePlugin"] == true,
+        ));
+    }
+    let unknown = unknown_keys(&topology, &["nodePoolLabelKey", "migStrategy", "nodePools"]);
+    if !unknown.is_empty() {
+        converted.notes.push(format!(
+            "topology (or cluster) {} are no keys of the reference's chart and are left out",
+            unknown.join(", ")
+        ));
+    }
     if let Some(strategy) = topology.get("migStrategy").and_then(Value::as_str) {
         converted.notes.push(format!(
             "migStrategy {strategy}: the reference only labels nodes with it; a pool gets MIG \
@@ -112,6 +137,69 @@ pub fn convert(values: &str) -> Result<Converted, ConvertError> {
     Ok(converted)
 }
 
+/// The keys of `values` that the conversion leaves out, one note per reason (see
+/// [`chart_keys`]), and one for the keys the reference's chart does not have.
+fn left_out(values: &Value) -> Vec<String> {
+    let mut by_reason: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut unknown = Vec::new();
+    for path in chart_keys::leaves(values) {
+        match chart_keys::fate(&path) {
+            Some(Fate::Carried) => {}
+            Some(Fate::LeftOut(why)) => by_reason.entry(why).or_default().push(path),
+            None => unknown.push(path),
+        }
+    }
+    let mut notes: Vec<String> = by_reason
+        .into_iter()
+        .map(|(why, paths)| format!("{} not carried over: {why}", paths.join(", ")))
+        .collect();
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "{} are no values of the reference's chart (0.2.0) and are left out",
+            unknown.join(", ")
+        ));
+    }
+    notes
+}
+
+/// What DRA means after the conversion where the reference meant something else: its
+/// `draPlugin` served real nodes labelled for it, a pool with `interfaces.dra` serves every
+/// node it has; and with the device plugin on too, every GPU is offered twice.
+fn dra_notes(real_node_plugin: bool, device_plugin: bool) -> Vec<String> {
+    let mut notes = Vec::new();
+    if real_node_plugin {
+        notes.push(format!(
+            "draPlugin.enabled: the reference runs its DRA plugin on the nodes labelled \
+             {DEPLOY_DRA_PLUGIN}=true; the pools below serve DRA on every node they have, KWOK \
+             and real alike. To serve it on some nodes only, label the others \
+             {DEPLOY_DRA_PLUGIN}=false, or label each node {DEPLOY_DRA_PLUGIN}=true or \
+             {DEPLOY_DEVICE_PLUGIN}=true for the one interface it serves (the book's \
+             \"Interfaces per node\")"
+        ));
+    }
+    if device_plugin {
+        notes.push(format!(
+            "the device plugin and DRA are both on: every node of the pools below offers each \
+             GPU twice, as nvidia.com/gpu and in a ResourceSlice, and a scheduler that counts \
+             both sees twice the GPUs (KAI scheduler warns that a node \"has both device-plugin \
+             GPUs and DRA GPUs\"). Label each node {DEPLOY_DRA_PLUGIN}=true or \
+             {DEPLOY_DEVICE_PLUGIN}=true for the one it serves"
+        ));
+    }
+    notes
+}
+
+/// The keys of map `value` not in `known`.
+fn unknown_keys(value: &Value, known: &[&str]) -> Vec<String> {
+    value
+        .as_object()
+        .into_iter()
+        .flat_map(|map| map.keys())
+        .filter(|key| !known.contains(&key.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// One pool's spec, in either of the reference's formats; checked against fakegpu's types.
 fn pool_spec(
     name: &str,
@@ -127,6 +215,22 @@ fn pool_spec(
         pool: name.to_owned(),
         reason,
     };
+    let known = [
+        "gpu",
+        "gpuProduct",
+        "gpuCount",
+        "gpuMemory",
+        "otherDevices",
+        "numa",
+        "resources",
+    ];
+    let unknown = unknown_keys(pool, &known);
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "node pool {name}: {} have no GpuNodePool field and are left out",
+            unknown.join(", ")
+        ));
+    }
     let mut spec = Map::new();
     if key != NODE_POOL {
         spec.insert("nodeSelector".into(), json!({"matchLabels": {key: name}}));
@@ -195,6 +299,13 @@ fn pool_spec(
 /// The new format's `gpu`: backend and profile, and of nvml-mock's `overrides` what a pool has
 /// fields for (product, memory, count, driver and CUDA versions).
 fn gpu_of(pool: &str, gpu: &Value, notes: &mut Vec<String>) -> Value {
+    let unknown = unknown_keys(gpu, &["backend", "profile", "overrides"]);
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "node pool {pool}: gpu {} have no GpuNodePool field and are left out",
+            unknown.join(", ")
+        ));
+    }
     let mut out = renamed(gpu, &[("backend", "backend"), ("profile", "profile")]);
     let Some(overrides) = gpu.get("overrides").filter(|o| o.is_object()) else {
         return Value::Object(out);
@@ -341,6 +452,60 @@ cluster:
         assert!(notes.contains("overrides nvlink"), "{notes}");
         let yaml = to_yaml(&converted).map_err(ConvertError::Yaml)?;
         assert!(yaml.contains("---\napiVersion: fakegpu.dev/v1alpha1\nkind: GpuNodePool\n"));
+        Ok(())
+    }
+
+    /// The values KAI scheduler's test clusters give the reference: DRA on real nodes beside
+    /// the device plugin, node labelling off, npe pod-resources on, and a typo.
+    #[test]
+    fn every_key_left_out_is_named_with_why() -> Result<(), ConvertError> {
+        let values = r#"
+draPlugin:
+  enabled: true
+  kubeletPlugin: {nodeSelector: {nvidia.com/gpu.deploy.dra-plugin-gpu: "true"}}
+statusUpdater:
+  disableNodeLabeling: true
+  image: {tag: 0.2.0}
+statusExporter:
+  podResources: {enabled: true}
+  image: {tag: 0.2.0}
+devicePlugn: {enabled: false}
+topology:
+  nodePools:
+    default: {gpuProduct: NVIDIA-A100, gpuCount: 8, gpuMemory: 40960, gpuColor: green}
+    h100: {gpu: {profile: h100, vendor: nvidia}}
+  extra: 1
+"#;
+        let converted = convert(values)?;
+        assert_eq!(
+            spec_of(&converted, 0)["interfaces"],
+            json!({"devicePlugin": true, "dra": true, "computeDomains": false})
+        );
+        let notes = &converted.notes;
+        let note = |needle: &str| {
+            notes
+                .iter()
+                .find(|n| n.contains(needle))
+                .unwrap_or_else(|| panic!("no note with {needle:?}: {notes:#?}"))
+        };
+        assert!(note("statusUpdater.disableNodeLabeling not carried over").contains("labels"));
+        assert!(note("statusExporter.podResources.enabled not carried over").contains("kubelet"));
+        assert!(
+            note("statusExporter.image.tag, statusUpdater.image.tag not carried over")
+                .contains("images")
+        );
+        assert!(note("draPlugin.kubeletPlugin.nodeSelector").contains("label nodes"));
+        assert!(note("devicePlugn.enabled are no values").contains("left out"));
+        assert!(note("draPlugin.enabled: the reference runs").contains("=false"));
+        assert!(note("offers each GPU twice").contains("device-plugin=true"));
+        assert!(note("topology (or cluster) extra").contains("left out"));
+        assert!(note("node pool default: gpuColor").contains("no GpuNodePool field"));
+        assert!(note("node pool h100: gpu vendor").contains("no GpuNodePool field"));
+        // Keys the conversion reads are not mentioned as left out.
+        assert!(
+            !notes.iter().any(|n| n.contains("draPlugin.enabled not")),
+            "{notes:#?}"
+        );
         Ok(())
     }
 
