@@ -83,6 +83,18 @@ async fn ready_pool(client: &Client, name: &str, nodes: u32) -> anyhow::Result<G
     .await
 }
 
+/// Patches `spec` into the pool and waits until it is Ready with its one node.
+async fn fixed_with(client: &Client, pool: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+    pools(client)
+        .patch(
+            pool,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await?;
+    ready_pool(client, pool, 1).await.map(drop)
+}
+
 fn operator_labels(node: &Node) -> BTreeMap<String, String> {
     node.labels()
         .iter()
@@ -468,14 +480,7 @@ async fn unknown_profile_becomes_a_condition_and_an_event() -> anyhow::Result<()
         }
 
         // Fixing the profile brings the pool up.
-        pools(&client)
-            .patch(
-                &pool,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"gpu": {"profile": "l4"}}})),
-            )
-            .await?;
-        ready_pool(&client, &pool, 1).await.map(drop)
+        fixed_with(&client, &pool, json!({"gpu": {"profile": "l4"}})).await
     }
     .await;
     cleanup.after(result).await
@@ -549,14 +554,7 @@ async fn a_selector_that_is_no_label_selector_becomes_a_condition() -> anyhow::R
             );
         }
         // Fixed, the selector selects the node.
-        pools(&client)
-            .patch(
-                &pool,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"nodeSelector": expression("In", json!([pool]))}})),
-            )
-            .await?;
-        ready_pool(&client, &pool, 1).await.map(drop)
+        fixed_with(&client, &pool, json!({"nodeSelector": expression("In", json!([pool]))})).await
     }
     .await;
     cleanup.after(result).await
@@ -617,6 +615,21 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
         })
         .await?;
         let name = cm.name_any();
+        let original = &original;
+        let document_back = |what: &'static str| {
+            let (client, node) = (client.clone(), node.clone());
+            async move {
+                eventually(what, CONVERGE, || async {
+                    Ok(topology_of(&client, &node)
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|(_, d)| d == original)
+                        .map(drop))
+                })
+                .await
+            }
+        };
 
         configmaps(&client)
             .patch(
@@ -625,15 +638,7 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
                 &Patch::Merge(json!({"data": {topology_names::DATA_KEY: "gpus: [garbage"}})),
             )
             .await?;
-        eventually("edited ConfigMap repaired", CONVERGE, || async {
-            Ok(topology_of(&client, &node)
-                .await
-                .ok()
-                .flatten()
-                .filter(|(_, d)| *d == original)
-                .map(drop))
-        })
-        .await?;
+        document_back("edited ConfigMap repaired").await?;
 
         // Removals alone leave no managed-fields entry of the remover's: the ConfigMap still
         // looks written by fakegpu alone.
@@ -644,19 +649,7 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
                 &Patch::Merge(json!({"data": {topology_names::DATA_KEY: null}})),
             )
             .await?;
-        eventually(
-            "ConfigMap without its document repaired",
-            CONVERGE,
-            || async {
-                Ok(topology_of(&client, &node)
-                    .await
-                    .ok()
-                    .flatten()
-                    .filter(|(_, d)| *d == original)
-                    .map(drop))
-            },
-        )
-        .await?;
+        document_back("ConfigMap without its document repaired").await?;
         configmaps(&client)
             .patch(
                 &name,
@@ -683,13 +676,7 @@ async fn topology_configmap_edited_or_deleted_by_hand_is_repaired() -> anyhow::R
         configmaps(&client)
             .delete(&name, &DeleteParams::default())
             .await?;
-        eventually("deleted ConfigMap rewritten", CONVERGE, || async {
-            Ok(topology_of(&client, &node)
-                .await?
-                .filter(|(_, d)| *d == original)
-                .map(drop))
-        })
-        .await
+        document_back("deleted ConfigMap rewritten").await
     }
     .await;
     cleanup.after(result).await

@@ -16,6 +16,11 @@ const IMAGES: &str = "fakegpu's bundle sets its own images, resources and ports"
 const OPENSHIFT: &str = "fakegpu's bundle has no OpenShift variant: bind its node agents' \
      ServiceAccount to the privileged SecurityContextConstraints yourself";
 
+const GPU_OPERATOR: &str = "install NVIDIA's GPU Operator yourself beside backend: mock pools \
+     (deploy/with-nvidia-gpu-operator)";
+const DRA_DRIVER: &str = "install NVIDIA's DRA driver yourself beside backend: mock pools \
+     (deploy/with-nvidia-dra-driver)";
+
 /// The chart's keys, by dotted path. The longest path that a key of the values starts with
 /// decides its fate.
 pub const KEYS: &[(&str, Fate)] = &[
@@ -121,34 +126,10 @@ pub const KEYS: &[(&str, Fate)] = &[
              NVIDIA's components",
         ),
     ),
-    (
-        "gpuOperator",
-        Fate::LeftOut(
-            "install NVIDIA's GPU Operator yourself beside backend: mock pools \
-             (deploy/with-nvidia-gpu-operator)",
-        ),
-    ),
-    (
-        "gpu-operator",
-        Fate::LeftOut(
-            "install NVIDIA's GPU Operator yourself beside backend: mock pools \
-             (deploy/with-nvidia-gpu-operator)",
-        ),
-    ),
-    (
-        "nvidiaDraDriver",
-        Fate::LeftOut(
-            "install NVIDIA's DRA driver yourself beside backend: mock pools \
-             (deploy/with-nvidia-dra-driver)",
-        ),
-    ),
-    (
-        "nvidia-dra-driver-gpu",
-        Fate::LeftOut(
-            "install NVIDIA's DRA driver yourself beside backend: mock pools \
-             (deploy/with-nvidia-dra-driver)",
-        ),
-    ),
+    ("gpuOperator", Fate::LeftOut(GPU_OPERATOR)),
+    ("gpu-operator", Fate::LeftOut(GPU_OPERATOR)),
+    ("nvidiaDraDriver", Fate::LeftOut(DRA_DRIVER)),
+    ("nvidia-dra-driver-gpu", Fate::LeftOut(DRA_DRIVER)),
     (
         "runtimeClass",
         Fate::LeftOut("the bundle always ships RuntimeClass nvidia"),

@@ -183,10 +183,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{
-        node::topology::{Failing, desired_topology},
-        testing::pool,
-    };
+    use crate::{node::topology::fresh_document, testing::pool};
 
     fn node() -> CachedNode {
         crate::cache::Cached::new(
@@ -199,14 +196,7 @@ mod tests {
     fn nrt(spec: serde_json::Value, busy: &[usize]) -> Option<NodeResourceTopology> {
         let pool = pool("p", 0, spec);
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut topology = desired_topology(
-            &pool,
-            &gpu,
-            &pool.spec.interfaces,
-            "n",
-            None,
-            &Failing::default(),
-        );
+        let mut topology = fresh_document(&pool, &gpu, "n");
         for index in busy {
             topology.gpus[*index].status.allocated_by.pod = "busy".into();
         }

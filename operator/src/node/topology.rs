@@ -146,6 +146,19 @@ pub fn desired_topology(
     }
 }
 
+/// The document of a node of `pool` serving all of it, with nothing failing and no usage.
+#[cfg(test)]
+pub(crate) fn fresh_document(pool: &GpuNodePool, gpu: &ResolvedGpu, node: &str) -> NodeTopology {
+    desired_topology(
+        pool,
+        gpu,
+        &pool.spec.interfaces,
+        node,
+        None,
+        &Failing::default(),
+    )
+}
+
 /// The DRA drivers of the node's `interfaces`, whose kubelet plugins publish its devices.
 fn served_drivers(interfaces: &Interfaces) -> Vec<String> {
     [
@@ -320,14 +333,7 @@ mod tests {
         let drivers = |interfaces: serde_json::Value| {
             let pool = pool(json!({"gpu": {"profile": "gb200"}, "interfaces": interfaces}));
             let gpu = resolve(&pool.spec.gpu).expect("resolves");
-            let document = desired_topology(
-                &pool,
-                &gpu,
-                &pool.spec.interfaces,
-                "n",
-                None,
-                &Failing::default(),
-            );
+            let document = fresh_document(&pool, &gpu, "n");
             [resource::GPU_DRIVER, compute_domain::DRIVER].map(|d| document.serves_driver(d))
         };
         assert_eq!(drivers(json!({"devicePlugin": true})), [false, false]);
@@ -368,14 +374,7 @@ mod tests {
         let pool = pool(json!({"gpu": {"profile": "a100"}, "numa": {"zones": 2},
             "otherResources": [{"name": "nvidia.com/hostdev", "count": 2}]}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let document = desired_topology(
-            &pool,
-            &gpu,
-            &pool.spec.interfaces,
-            "node-1",
-            None,
-            &Failing::default(),
-        );
+        let document = fresh_document(&pool, &gpu, "node-1");
         assert_eq!(document.gpus.len(), 8);
         assert_eq!(document.gpus[5].id, gpu_uuid("node-1", 5));
         assert_eq!(document.gpus[5].numa_node, Some(1));
@@ -401,17 +400,7 @@ mod tests {
         );
         assert_eq!(document.other_devices[0].name, "nvidia.com/hostdev");
         assert_eq!(document.mig_strategy, "none");
-        assert_eq!(
-            document,
-            desired_topology(
-                &pool,
-                &gpu,
-                &pool.spec.interfaces,
-                "node-1",
-                None,
-                &Failing::default()
-            )
-        );
+        assert_eq!(document, fresh_document(&pool, &gpu, "node-1"));
         let failing = Failing {
             unhealthy: &[1],
             ..Failing::default()
@@ -450,14 +439,7 @@ mod tests {
     fn usage_recorded_by_pod_tracking_survives_a_rebuild() {
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let mut previous = desired_topology(
-            &pool,
-            &gpu,
-            &pool.spec.interfaces,
-            "n",
-            None,
-            &Failing::default(),
-        );
+        let mut previous = fresh_document(&pool, &gpu, "n");
         previous.gpus[1].status.allocated_by.pod = "train-0".into();
         let rebuilt = desired_topology(
             &pool,
@@ -543,14 +525,7 @@ mod tests {
         let node = node_with_uid("u-1");
         let pool = pool(json!({"gpu": {"profile": "t4"}}));
         let gpu = resolve(&pool.spec.gpu).expect("resolves");
-        let free = desired_topology(
-            &pool,
-            &gpu,
-            &pool.spec.interfaces,
-            "n",
-            None,
-            &Failing::default(),
-        );
+        let free = fresh_document(&pool, &gpu, "n");
         let cm = |doc: &NodeTopology| {
             desired_configmap("ns", &node, "p", doc.to_yaml().expect("yaml"), 0)
         };

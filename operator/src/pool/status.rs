@@ -379,6 +379,19 @@ mod tests {
         0
     }
 
+    /// The status of `pool`, the only pool, over `nodes`, with no problems and no GPU held.
+    fn status_alone(pool: &Arc<GpuNodePool>, nodes: &[Arc<CachedNode>]) -> GpuNodePoolStatus {
+        status_of(
+            pool,
+            std::slice::from_ref(pool),
+            nodes,
+            &[],
+            &NodeProblems::default(),
+            none,
+            &time(100),
+        )
+    }
+
     fn find<'a>(status: &'a GpuNodePoolStatus, type_: &str) -> &'a Condition {
         status
             .conditions
@@ -465,15 +478,7 @@ mod tests {
                     "nvidia.com/gpu.deploy.compute-domain-dra-plugin": "true"}),
             ),
         ];
-        let status = status_of(
-            &both,
-            std::slice::from_ref(&both),
-            &nodes,
-            &[],
-            &NodeProblems::default(),
-            none,
-            &time(100),
-        );
+        let status = status_alone(&both, &nodes);
         assert_eq!(
             status.serving_nodes,
             Some(ServingNodes {
@@ -499,15 +504,7 @@ mod tests {
     fn progressing_until_nodes_are_labelled() {
         let a = pool("a", 1, json!({"gpu": {"profile": "t4"}}));
         let nodes = [node("n1", json!({"run.ai/simulated-gpu-node-pool": "a"}))];
-        let status = status_of(
-            &a,
-            std::slice::from_ref(&a),
-            &nodes,
-            &[],
-            &NodeProblems::default(),
-            none,
-            &time(100),
-        );
+        let status = status_alone(&a, &nodes);
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -692,15 +689,7 @@ mod tests {
             json!({"gpu": {"profile": "t4"}, "nodeSelector": selector}),
         );
         let nodes = [node("n1", json!({"bad key!": "x"}))];
-        let status = status_of(
-            &a,
-            std::slice::from_ref(&a),
-            &nodes,
-            &[],
-            &NodeProblems::default(),
-            none,
-            &time(100),
-        );
+        let status = status_alone(&a, &nodes);
         let ready = find(&status, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
