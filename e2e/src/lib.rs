@@ -507,16 +507,25 @@ pub async fn gpu_holders(
 
 /// Puts `node` into `pool` by the pool label (or, with `None`, into none).
 pub async fn set_node_pool(client: &Client, node: &str, pool: Option<&str>) -> anyhow::Result<()> {
+    label_node(client, node, fakegpu_api::names::label::NODE_POOL, pool).await
+}
+
+/// Sets label `key` of `node` to `value`, or removes it with `None`, as a user's `kubectl
+/// label` does (a field manager other than fakegpu's).
+pub async fn label_node(
+    client: &Client,
+    node: &str,
+    key: &str,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
     Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .patch(
             node,
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"labels": {fakegpu_api::names::label::NODE_POOL: pool}}
-            })),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {key: value}}})),
         )
         .await
-        .with_context(|| format!("labelling node {node}"))?;
+        .with_context(|| format!("labelling node {node} {key}={value:?}"))?;
     Ok(())
 }
 

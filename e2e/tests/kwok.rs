@@ -13,7 +13,7 @@ use fakegpu_api::{
 use fakegpu_e2e::{
     Cleanup, KWOK_RUN_FOR, admin_client, create_kwok_job, create_kwok_node, create_kwok_pod,
     create_kwok_pod_with, create_namespace, create_pool, eventually, install_crds, kwok_scenario,
-    running_pod, set_node_pool, topology_of, unique_name,
+    label_node, running_pod, set_node_pool, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -498,16 +498,8 @@ async fn deploy_labels(
     serving([2, 2, 0]).await?;
 
     // `false` turns the device plugin off; with no DRA label the node serves DRA.
-    let label_plugin = |value: serde_json::Value| {
-        let nodes = nodes.clone();
-        async move {
-            let patch = json!({"metadata": {"labels": {label::DEPLOY_DEVICE_PLUGIN: value}}});
-            nodes
-                .patch(plugin, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-        }
-    };
-    label_plugin(json!("false")).await?;
+    let label_plugin = |value| label_node(client, plugin, label::DEPLOY_DEVICE_PLUGIN, value);
+    label_plugin(Some("false")).await?;
     eventually(&format!("{plugin} turns to DRA"), CONVERGE, || async {
         Ok((offers(plugin).await? == (None, Some(2))).then_some(()))
     })
@@ -520,7 +512,7 @@ async fn deploy_labels(
     );
 
     // The label removed: the pool decides again.
-    label_plugin(serde_json::Value::Null).await?;
+    label_plugin(None).await?;
     eventually(&format!("{plugin} serves both again"), CONVERGE, || async {
         Ok((offers(plugin).await? == (gpus.clone(), Some(2))).then_some(()))
     })

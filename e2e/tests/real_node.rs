@@ -11,6 +11,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, bail, ensure};
 use fakegpu_api::{
+    GpuNodePool,
     compute_domain::{ComputeDomain, DomainState},
     dra::attribute,
     names::{annotation, container_env, label, resource},
@@ -18,7 +19,7 @@ use fakegpu_api::{
 };
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually,
-    install_crds, kubectl, set_node_pool, topology_of, unique_name,
+    install_crds, kubectl, label_node, set_node_pool, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -820,6 +821,100 @@ async fn a_node_that_stops_serving_dra_offers_no_gpu_and_a_stuck_claim_holds_non
         stop_serving_dra,
     )
     .await
+}
+
+/// The GPU Operator's deploy labels set by hand choose what the real node serves: `false` takes
+/// the device plugin off (fakegpu leaves the label as it is) and DRA stays; on a pool without
+/// the device plugin, a `true` runs the plugin's DaemonSet there, and it offers nothing.
+#[tokio::test]
+#[ignore = "needs hack/node.sh's real node and the bundle in-cluster: hack/test.sh runs it"]
+async fn deploy_labels_set_by_hand_choose_what_the_real_node_serves() -> anyhow::Result<()> {
+    on_real_pool(
+        "real-deploy",
+        l4_pool(json!({"devicePlugin": true, "dra": true})),
+        async |client, pool, _namespace| {
+            let node = real_node();
+            let result = deploy_choices(client, pool, &node).await;
+            // The next test starts from a node without labels of the user's.
+            let unlabelled = label_node(client, &node, label::DEPLOY_DEVICE_PLUGIN, None).await;
+            result.and(unlabelled)
+        },
+    )
+    .await
+}
+
+async fn deploy_choices(client: &Client, pool: &str, node: &str) -> anyhow::Result<()> {
+    agents_ready(
+        client,
+        node,
+        &["fakegpu-device-plugin", "fakegpu-dra-plugin"],
+    )
+    .await?;
+    let uuids = node_uuids(client, node, pool).await?;
+    slice_published(client, node, &uuids).await?;
+    advertised(client, node, resource::GPU, "2").await?;
+    let plugin_pods = || async {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE);
+        let selector = ListParams::default()
+            .labels("app.kubernetes.io/name=fakegpu-device-plugin")
+            .fields(&format!("spec.nodeName={node}"));
+        anyhow::Ok(pods.list(&selector).await?.items.len())
+    };
+
+    label_node(client, node, label::DEPLOY_DEVICE_PLUGIN, Some("false")).await?;
+    eventually(
+        &format!("{node}: no device plugin, no allocatable GPU, its DRA slice kept"),
+        CONVERGE,
+        || async {
+            let gpus = allocatable(client, node, resource::GPU).await?;
+            let off = plugin_pods().await? == 0 && gpus.as_deref().is_none_or(|n| n == "0");
+            Ok((off && gpu_slice_of(client, node).await?).then_some(()))
+        },
+    )
+    .await?;
+    let labels = Api::<Node>::all(client.clone())
+        .get(node)
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    ensure!(
+        labels.get(label::DEPLOY_DEVICE_PLUGIN).map(String::as_str) == Some("false"),
+        "fakegpu changed the user's label: {labels:?}"
+    );
+
+    // A pool without the device plugin, and the label turned `true` by hand: the DaemonSet
+    // runs the plugin on the node, which offers no GPU (the kubelet counts none at all, where
+    // a plugin gone leaves its GPUs in capacity).
+    Api::<GpuNodePool>::all(client.clone())
+        .patch(
+            pool,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"interfaces": {"devicePlugin": false}}})),
+        )
+        .await?;
+    label_node(client, node, label::DEPLOY_DEVICE_PLUGIN, Some("true")).await?;
+    agents_ready(client, node, &["fakegpu-device-plugin"]).await?;
+    eventually(
+        &format!("{node}: the device plugin runs and advertises no GPU"),
+        CONVERGE,
+        || async {
+            let capacity = Api::<Node>::all(client.clone())
+                .get(node)
+                .await?
+                .status
+                .and_then(|s| s.capacity)
+                .and_then(|c| c.get(resource::GPU).map(|q| q.0.clone()));
+            Ok((capacity.as_deref() == Some("0")).then_some(()))
+        },
+    )
+    .await?;
+    ensure!(
+        allocatable(client, node, resource::GPU).await?.as_deref() == Some("0"),
+        "the device plugin a label runs offered GPUs of a pool without it"
+    );
+    ensure!(gpu_slice_of(client, node).await?, "the DRA slice went");
+    Ok(())
 }
 
 /// Whether the scheduler found no node for the pod of `status`.
@@ -2330,12 +2425,9 @@ fn gpu_feature_discovery(
 }
 
 async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
-    use fakegpu_api::{
-        GpuNodePool,
-        names::{
-            annotation::GPU_FAULTS,
-            nvml::{DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
-        },
+    use fakegpu_api::names::{
+        annotation::GPU_FAULTS,
+        nvml::{DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
     };
     let node = real_node();
     let root = std::path::Path::new(DRIVER_ROOT);
