@@ -80,6 +80,7 @@ pub fn report(profile: &GpuProfile) -> NodeReport {
             power_limit_watts: profile.power_limit_watts,
             other_devices: Vec::new(),
             dra_drivers: None,
+            device_plugin: None,
             gpus,
         },
         utilization,

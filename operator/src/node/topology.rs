@@ -357,7 +357,7 @@ mod tests {
         assert!(!both.to_yaml().expect("yaml").contains("devicePlugin"));
         let dra_only = Interfaces {
             device_plugin: false,
-            ..pool.spec.interfaces.clone()
+            ..pool.spec.interfaces
         };
         let document = of(&dra_only);
         assert!(!document.serves_device_plugin());
