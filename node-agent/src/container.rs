@@ -15,7 +15,7 @@ use fakegpu_api::{
 };
 use tracing::{info, warn};
 
-use crate::{replace_file, topology_source::Topology};
+use crate::{fs::replace_file, topology_source::Topology};
 
 #[derive(Clone, Debug)]
 pub struct ContainerEdits {

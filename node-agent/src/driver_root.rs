@@ -38,8 +38,8 @@ use tracing::{info, warn};
 
 use crate::{
     document_socket::Served,
+    fs::{replace_file, staged},
     metrics::{self, Metrics},
-    replace_file,
     topology_source::Topology,
 };
 
@@ -226,13 +226,6 @@ fn write(path: &Path, entry: &Entry) -> std::io::Result<bool> {
         }
     }
     Ok(true)
-}
-
-/// A fresh name beside `path` to make an entry under before renaming it over `path`.
-fn staged(path: &Path) -> PathBuf {
-    let staged = path.with_extension(format!("tmp-{}", std::process::id()));
-    let _ = std::fs::remove_file(&staged);
-    staged
 }
 
 /// Removes what lies under `root/dir` and is neither an entry nor above one.

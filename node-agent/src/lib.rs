@@ -9,7 +9,7 @@
 //! - [`driver_root`]: on nodes of `backend: mock` pools, the driver root NVIDIA's own components
 //!   load fakegpu's NVML library from; [`document_socket`]: its socket serving the node's
 //!   document to the containers NVIDIA's toolkit gives GPUs;
-//! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`;
+//! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`; [`fs`]: whole-or-nothing file writes;
 //! - [`uds`]: gRPC over Unix sockets; [`lenient_grpc`]: the registration socket's server;
 //! - [`proto`]: the kubelet's API definitions, generated;
 //! - [`smi`]: the fake nvidia-smi (binary `nvidia-smi`) that containers given GPUs run.
@@ -22,6 +22,7 @@ pub mod device_plugin;
 pub mod document_socket;
 pub mod dra;
 pub mod driver_root;
+pub mod fs;
 pub mod lenient_grpc;
 pub mod metrics;
 pub mod proto;
@@ -29,26 +30,3 @@ pub mod smi;
 pub mod topology_source;
 pub mod uds;
 
-/// Puts `bytes` at `path` with permission bits `mode` unless an identical file is there
-/// already; true when it wrote. The copy is written beside the target and renamed over it, so
-/// a reader never sees half a file, and a process that mapped the old one keeps it.
-pub fn replace_file(path: &std::path::Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
-    use std::os::unix::fs::PermissionsExt;
-    let same = std::fs::symlink_metadata(path).is_ok_and(|m| {
-        m.is_file() && m.permissions().mode() & 0o777 == mode && m.len() == bytes.len() as u64
-    }) && std::fs::read(path).is_ok_and(|there| there == bytes);
-    if same {
-        return Ok(false);
-    }
-    dra::cdi::write_atomic(path, bytes)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    Ok(true)
-}
-
-/// Removes a file; one already gone counts as removed.
-pub fn remove_if_present(path: &std::path::Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-        _ => Ok(()),
-    }
-}

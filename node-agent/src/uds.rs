@@ -10,7 +10,7 @@ use tonic::transport::{Channel, Endpoint};
 /// Binds `path`, replacing a socket file left behind by an earlier run (a socket nobody
 /// listens on any more cannot be bound again otherwise).
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
-    crate::remove_if_present(path)?;
+    crate::fs::remove_if_present(path)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -20,7 +20,7 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 /// Removes a served socket at shutdown, so the kubelet does not dial a dead plugin; a failure
 /// is logged, shutdown goes on.
 pub fn remove_socket(path: &Path) {
-    if let Err(error) = crate::remove_if_present(path) {
+    if let Err(error) = crate::fs::remove_if_present(path) {
         tracing::warn!(socket = %path.display(), %error, "could not remove a socket");
     }
 }

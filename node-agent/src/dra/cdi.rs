@@ -5,10 +5,7 @@
 //! nodes to inject; plus one `common` device with what every GPU container gets), kind
 //! `k8s.compute-domain.nvidia.com/claim` for IMEX channels (character devices).
 
-use std::{
-    io::{self, Write},
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use fakegpu_api::names::{compute_domain, container_env};
 use serde_json::{Value, json};
@@ -133,20 +130,6 @@ pub fn channel_claim_spec(uid: &str, devices: &[PreparedDevice]) -> Value {
             },
         })).collect::<Vec<_>>(),
     })
-}
-
-/// Writes `bytes` to `path` whole or not at all: a temporary file in the same directory,
-/// synced, then renamed over the target. A runtime reading the spec never sees half of it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("spec");
-    let temporary = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{cdi::write_atomic, sharing::Sharing};
+use super::sharing::Sharing;
+use crate::fs::write_atomic;
 
 /// Format of the file; a newer one is refused rather than misread.
 const VERSION: u32 = 1;

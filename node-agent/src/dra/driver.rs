@@ -211,12 +211,12 @@ impl Driver {
         let spec = self.devices.claim_spec(&claim.uid, &plan);
         let path = cdi::claim_spec_path(&self.paths.cdi_dir, self.devices.cdi_kind(), &claim.uid);
         let bytes = serde_json::to_vec_pretty(&spec).map_err(|e| e.to_string())?;
-        cdi::write_atomic(&path, &bytes)
+        crate::fs::write_atomic(&path, &bytes)
             .map_err(|error| format!("writing CDI spec {}: {error}", path.display()))?;
         prepared.claims.insert(claim.uid.clone(), plan.clone());
         if let Err(error) = prepared.save(&self.paths.checkpoint) {
             prepared.claims.remove(&claim.uid);
-            let _ = crate::remove_if_present(&path);
+            let _ = crate::fs::remove_if_present(&path);
             return Err(format!("writing the checkpoint: {error}"));
         }
         info!(node = %self.node, claim = %format!("{}/{}", claim.namespace, claim.name), uid = %claim.uid, devices = plan.devices.len(), "prepared claim");
@@ -242,7 +242,7 @@ impl Driver {
 
     fn unprepare_one(&self, prepared: &mut Checkpoint, claim: &v1::Claim) -> Result<(), String> {
         let path = cdi::claim_spec_path(&self.paths.cdi_dir, self.devices.cdi_kind(), &claim.uid);
-        crate::remove_if_present(&path)
+        crate::fs::remove_if_present(&path)
             .map_err(|error| format!("removing {}: {error}", path.display()))?;
         if prepared.claims.remove(&claim.uid).is_some() {
             prepared

@@ -88,7 +88,7 @@ pub async fn run(
     metrics.prepared_claims(checkpoint.claims.len());
     if let Some((name, spec)) = devices.common() {
         let path = cdi::common_spec_path(&settings.cdi_dir, devices.cdi_kind(), name);
-        cdi::write_atomic(&path, &serde_json::to_vec_pretty(&spec)?)
+        crate::fs::write_atomic(&path, &serde_json::to_vec_pretty(&spec)?)
             .context("writing the common CDI spec")?;
     }
 
