@@ -45,6 +45,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "unit tests"
 cargo test --locked
 
+step "layers: no file imports a file that imports it (e2e/tests/layers.rs, no cluster)"
+cargo test --locked -p fakegpu-e2e --test layers
+
 step "NVML library through NVIDIA's go-nvml and go-nvlib (hack/nvml-check)"
 cargo build --locked -p fakegpu-nvml -p fakegpu-cuda
 # go-nvml's cgo prologue uses functions nvml.h marks deprecated; the warnings are noise here.

@@ -68,8 +68,14 @@ mod tests {
         write_atomic(&path, b"one")?;
         assert_eq!(std::fs::read(&path)?, b"one");
         assert!(replace_file(&path, b"two", 0o640)?);
-        assert!(!replace_file(&path, b"two", 0o640)?, "an identical file is kept");
-        assert!(replace_file(&path, b"two", 0o644)?, "a mode change is a write");
+        assert!(
+            !replace_file(&path, b"two", 0o640)?,
+            "an identical file is kept"
+        );
+        assert!(
+            replace_file(&path, b"two", 0o644)?,
+            "a mode change is a write"
+        );
         let left: Vec<_> = std::fs::read_dir(dir.join("sub"))?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<io::Result<_>>()?;

@@ -29,4 +29,3 @@ pub mod proto;
 pub mod smi;
 pub mod topology_source;
 pub mod uds;
-

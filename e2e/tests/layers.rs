@@ -1,0 +1,330 @@
+//! The workspace's files as layers: no file imports a file that imports it. Such a pair can be
+//! changed only together, and it hides which of the two is the lower layer (a node controller's
+//! `mod.rs` whose children import its types back, the node agent's CDI specs and checkpoint
+//! once sharing one write helper). Needs no cluster: hack/test.sh runs it with the unit tests.
+//!
+//! An import is a `use` of, or a path through, another module of the same crate (`crate::`,
+//! `super::`, `self::` or a child module's name), resolved to the file of the longest module
+//! path that has one; code after a file's `#[cfg(test)] mod tests` is a test's and left out.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+/// The crates whose library (or binary, where there is no library) is checked.
+const CRATES: &[&str] = &[
+    "api",
+    "runtime",
+    "operator",
+    "node-agent",
+    "exporter",
+    "nvml",
+    "cuda",
+    "e2e",
+];
+
+/// Pairs that import each other today, to be taken apart (issue "A house whose layers you can
+/// see"): a new pair fails the test, and so does a pair listed here that is gone, so the list
+/// only shrinks.
+const KNOWN: &[(&str, &str)] = &[
+    (
+        "operator/src/compute_domain/mod.rs",
+        "operator/src/compute_domain/template.rs",
+    ),
+    ("operator/src/lib.rs", "operator/src/metrics.rs"),
+    ("operator/src/lib.rs", "operator/src/node/mod.rs"),
+    ("operator/src/lib.rs", "operator/src/retry.rs"),
+    (
+        "operator/src/node/dynamic_mig.rs",
+        "operator/src/node/mod.rs",
+    ),
+    ("operator/src/node/faults.rs", "operator/src/node/mod.rs"),
+    ("operator/src/node/labels.rs", "operator/src/node/mod.rs"),
+    ("operator/src/node/mod.rs", "operator/src/node/nrt.rs"),
+    ("operator/src/node/mod.rs", "operator/src/node/status.rs"),
+    (
+        "operator/src/tracking/assign.rs",
+        "operator/src/tracking/mod.rs",
+    ),
+    (
+        "operator/src/tracking/mod.rs",
+        "operator/src/tracking/requests.rs",
+    ),
+    (
+        "operator/src/tracking/mod.rs",
+        "operator/src/tracking/sharing.rs",
+    ),
+    (
+        "operator/src/tracking/mod.rs",
+        "operator/src/tracking/utilization.rs",
+    ),
+];
+
+type ModulePath = Vec<String>;
+
+/// The module path of a source file relative to `src/`: `node/mod.rs` and `node.rs` are
+/// `node`, `lib.rs` the crate root.
+fn module_path(relative: &Path) -> ModulePath {
+    let mut parts: ModulePath = relative
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|last| ["lib", "main", "mod"].contains(&last.as_str()))
+    {
+        parts.pop();
+    }
+    parts
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            rust_files(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The source a file's imports are read from: without comments, and without its tests.
+fn code_of(text: &str) -> String {
+    let text = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text, |at| &text[..at]);
+    text.lines()
+        .map(|line| line.find("//").map_or(line, |at| &line[..at]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths a `use` tree names: `a::{b, c::{d, e}}` is `a::b`, `a::c::d`, `a::c::e`.
+fn expand_use(tree: &str) -> Vec<String> {
+    let tree: String = tree.split_whitespace().collect::<Vec<_>>().join(" ");
+    let Some(open) = tree.find('{') else {
+        let plain = tree.split(" as ").next().unwrap_or_default();
+        return vec![plain.replace(' ', "")];
+    };
+    let close = tree.rfind('}').unwrap_or(tree.len());
+    let prefix = tree[..open].replace(' ', "");
+    let mut items = Vec::new();
+    let (mut depth, mut current) = (0, String::new());
+    for c in tree[open + 1..close].chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    items.push(current);
+    items
+        .iter()
+        .filter(|item| !item.trim().is_empty())
+        .flat_map(|item| expand_use(item))
+        .map(|path| format!("{prefix}{path}"))
+        .collect()
+}
+
+/// Every path in `code` that may name a module: `use` trees, and paths written inline
+/// (`crate::fs::write_atomic(..)`, `labels::desired_labels(..)`).
+fn named_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    // The code less its `use` items, whose paths are read as trees.
+    let mut inline = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("use ") {
+        let before = rest[..at].chars().next_back();
+        inline.push_str(&rest[..at]);
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            inline.push_str("use ");
+            rest = &rest[at + 4..];
+            continue;
+        }
+        let Some(end) = rest[at..].find(';') else {
+            rest = &rest[at..];
+            break;
+        };
+        paths.extend(expand_use(&rest[at + 4..at + end]));
+        rest = &rest[at + end..];
+    }
+    inline.push_str(rest);
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let chars: Vec<char> = inline.chars().collect();
+    let mut start = 0;
+    while start < chars.len() {
+        if is_ident(chars[start]) && (start == 0 || !is_ident(chars[start - 1])) {
+            let end = (start..chars.len())
+                .find(|&i| !is_ident(chars[i]))
+                .unwrap_or(chars.len());
+            let word: String = chars[start..end].iter().collect();
+            if word.contains("::") && !word.ends_with("::") {
+                paths.push(word);
+            }
+            start = end;
+        } else {
+            start += 1;
+        }
+    }
+    paths
+}
+
+/// The module a `path` written in module `here` leads into, of `modules`; `None` for one of
+/// another crate.
+fn resolve(
+    path: &str,
+    here: &ModulePath,
+    modules: &BTreeMap<ModulePath, String>,
+) -> Option<ModulePath> {
+    let mut segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    let mut full: ModulePath = match segments.first().copied()? {
+        "crate" => {
+            segments.remove(0);
+            Vec::new()
+        }
+        "super" | "self" => {
+            let mut base = here.clone();
+            while let Some(first) = segments.first().copied() {
+                match first {
+                    "super" => drop(base.pop()),
+                    "self" => {}
+                    _ => break,
+                }
+                segments.remove(0);
+            }
+            base
+        }
+        child => {
+            let mut candidate = here.clone();
+            candidate.push(child.to_owned());
+            if !modules.contains_key(&candidate) {
+                return None;
+            }
+            here.clone()
+        }
+    };
+    full.extend(segments.iter().map(|s| (*s).to_owned()));
+    (0..=full.len())
+        .rev()
+        .map(|n| full[..n].to_vec())
+        .find(|prefix| modules.contains_key(prefix))
+}
+
+/// The pairs of files (relative to the workspace) that import each other.
+fn import_cycles(workspace: &Path) -> std::io::Result<BTreeSet<(String, String)>> {
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for krate in CRATES {
+        let src = workspace.join(krate).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files)?;
+        let library = src.join("lib.rs").exists();
+        let modules: BTreeMap<ModulePath, String> = files
+            .iter()
+            .filter_map(|file| {
+                let relative = file.strip_prefix(&src).ok()?;
+                // Binaries are crates of their own; main.rs beside a library is one too.
+                if relative.starts_with("bin") || (library && relative == Path::new("main.rs")) {
+                    return None;
+                }
+                Some((
+                    module_path(relative),
+                    format!("{krate}/src/{}", relative.display()),
+                ))
+            })
+            .collect();
+        for (here, file) in &modules {
+            let code = code_of(&std::fs::read_to_string(workspace.join(file))?);
+            for path in named_paths(&code) {
+                if let Some(target) = resolve(&path, here, &modules)
+                    && target != *here
+                {
+                    imports
+                        .entry(file.clone())
+                        .or_default()
+                        .insert(modules[&target].clone());
+                }
+            }
+        }
+    }
+    let mut cycles = BTreeSet::new();
+    for (file, targets) in &imports {
+        for target in targets {
+            if imports.get(target).is_some_and(|back| back.contains(file)) {
+                let pair = if file < target {
+                    (file.clone(), target.clone())
+                } else {
+                    (target.clone(), file.clone())
+                };
+                cycles.insert(pair);
+            }
+        }
+    }
+    Ok(cycles)
+}
+
+#[test]
+fn no_file_imports_a_file_that_imports_it() -> std::io::Result<()> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e crate lies in the workspace");
+    let found = import_cycles(workspace)?;
+    let known: BTreeSet<(String, String)> = KNOWN
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    let new: Vec<_> = found.difference(&known).collect();
+    let gone: Vec<_> = known.difference(&found).collect();
+    assert!(
+        new.is_empty(),
+        "files that import each other (move what both need into a file of its own): {new:#?}"
+    );
+    assert!(
+        gone.is_empty(),
+        "taken apart, so no longer to be listed in KNOWN: {gone:#?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn imports_are_read_from_use_trees_and_inline_paths() {
+    assert_eq!(
+        expand_use("crate::{a::X, b::{c, d as e}}"),
+        ["crate::a::X", "crate::b::c", "crate::b::d"]
+    );
+    let modules: BTreeMap<ModulePath, String> = [
+        (vec![], "lib.rs"),
+        (vec!["dra".into()], "dra/mod.rs"),
+        (vec!["dra".into(), "cdi".into()], "dra/cdi.rs"),
+        (vec!["fs".into()], "fs.rs"),
+    ]
+    .into_iter()
+    .map(|(path, file)| (path, file.to_owned()))
+    .collect();
+    let cdi = vec!["dra".to_owned(), "cdi".to_owned()];
+    let code = code_of(
+        "use super::checkpoint::X; // crate::fs::no\nfn f() { crate::fs::write(); }\n\
+         #[cfg(test)]\nmod tests { use crate::dra::Y; }",
+    );
+    let resolved: Vec<_> = named_paths(&code)
+        .iter()
+        .filter_map(|p| resolve(p, &cdi, &modules))
+        .collect();
+    // `super::checkpoint` is no file here: the longest module it names is `dra`.
+    assert_eq!(resolved, [vec!["dra".to_owned()], vec!["fs".to_owned()]]);
+    let dra = vec!["dra".to_owned()];
+    assert_eq!(
+        resolve("cdi::write", &dra, &modules),
+        Some(cdi.clone()),
+        "a child module by name"
+    );
+    assert_eq!(resolve("serde::Serialize", &dra, &modules), None);
+}
