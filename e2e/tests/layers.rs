@@ -36,14 +36,6 @@ const KNOWN: &[(&str, &str)] = &[
     ("operator/src/lib.rs", "operator/src/node/mod.rs"),
     ("operator/src/lib.rs", "operator/src/retry.rs"),
     (
-        "operator/src/node/dynamic_mig.rs",
-        "operator/src/node/mod.rs",
-    ),
-    ("operator/src/node/faults.rs", "operator/src/node/mod.rs"),
-    ("operator/src/node/labels.rs", "operator/src/node/mod.rs"),
-    ("operator/src/node/mod.rs", "operator/src/node/nrt.rs"),
-    ("operator/src/node/mod.rs", "operator/src/node/status.rs"),
-    (
         "operator/src/tracking/assign.rs",
         "operator/src/tracking/mod.rs",
     ),

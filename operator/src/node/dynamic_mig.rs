@@ -13,8 +13,8 @@ use fakegpu_api::{
 };
 use kube::{Resource, ResourceExt};
 
+use super::cached::CachedNode;
 use crate::Context;
-use crate::node::CachedNode;
 
 /// The label and annotation the operator answers a node's configuration with.
 #[derive(Debug, Default)]

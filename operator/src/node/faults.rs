@@ -12,7 +12,7 @@ use fakegpu_api::{
 use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{Resource, ResourceExt};
 
-use super::{CachedNode, status::current_condition};
+use super::{cached::CachedNode, status::current_condition};
 use crate::Context;
 
 /// The faults declared for `node`: the pool's, then the annotation's; and why the annotation

@@ -8,14 +8,10 @@ use fakegpu_api::{
     pool::{Backend, GpuNodePool, Interfaces, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value, published_mig_name},
 };
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::{CachedNode, interfaces::DeployChoices};
-use crate::{
-    apply::names_only_ours,
-    cache::{Digest, same_content},
-};
+use super::{cached::CachedNode, interfaces::DeployChoices};
+use crate::cache::same_content;
 
 /// Desired labels of a node owned by `pool` that serves `served` of its interfaces (see
 /// [`super::interfaces`]). `has_kubelet` is false for KWOK nodes, which get no deploy labels
@@ -209,34 +205,16 @@ pub fn may_take_back(node: &CachedNode, desired: &BTreeMap<String, String>) -> b
             }))
 }
 
-/// The labels fakegpu set on `node` that no one else set too (read from its managed fields).
-pub fn only_ours(node: &Node) -> Vec<String> {
-    names_only_ours(node, &["f:metadata", "f:labels"])
-}
-
-/// Drops, from a node on its way into the cache, the labels only fakegpu owns; returns their
-/// digest: the operator compares them and reads none, and at 10 000 nodes GFD's thirty-odd
-/// labels were a fifth of its memory. Labels someone else owns too stay (a pool's node
-/// selector may read them), and so does the pool label, which membership reads. Needs the
-/// managed fields, so it runs before they are dropped.
-pub fn drop_own_labels(node: &mut Node) -> Option<Digest> {
-    let ours = only_ours(node);
-    let labels = node.labels_mut();
-    let dropped: BTreeMap<String, String> = ours
-        .iter()
-        .filter(|key| key.as_str() != POOL_LABEL)
-        .filter_map(|key| labels.remove_entry(key))
-        .collect();
-    (!dropped.is_empty()).then(|| Digest::of(&dropped))
-}
-
 #[cfg(test)]
 mod tests {
     use fakegpu_api::pool::resolve::resolve_pool;
     use serde_json::json;
 
+    use k8s_openapi::api::core::v1::Node;
+
     use super::*;
     use crate::cache::Cached;
+    use crate::node::cached::only_ours;
 
     fn pool(spec: serde_json::Value) -> std::sync::Arc<GpuNodePool> {
         crate::testing::pool("p", 0, spec)

@@ -3,6 +3,7 @@
 //! answer to Run:ai's dynamic MIG, the GPU each reservation pod holds), and takes them away when
 //! no pool does.
 
+pub mod cached;
 pub mod dynamic_mig;
 pub mod faults;
 pub mod interfaces;
@@ -13,18 +14,14 @@ pub mod slice;
 pub mod status;
 pub mod topology;
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use fakegpu_api::{
     GpuNodePool,
     dra::plugin_slice_name,
     faults::GpuFault,
     kubelet_devices::KubeletDevices,
-    names::{annotation, condition, fakegpu::POOL_LABEL},
+    names::{annotation, fakegpu::POOL_LABEL},
     nrt::NodeResourceTopology,
     pool::{
         Interfaces,
@@ -34,13 +31,10 @@ use fakegpu_api::{
 };
 use k8s_openapi::{
     api::{
-        core::v1::{ConfigMap, Node, NodeCondition, Pod},
+        core::v1::{ConfigMap, Node, Pod},
         resource::v1::ResourceSlice,
     },
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::{ObjectMeta, Time},
-    },
+    apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
 use kube::{
@@ -51,115 +45,13 @@ use tracing::{debug, info, warn};
 
 use crate::{
     Context, Error, Result, apply,
-    cache::{Cached, Digest, HasMeta, Trim},
+    cache::Cached,
     membership,
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
 };
+pub use cached::{CachedNode, KeptOfNode, TrimmedNode, has_kubelet};
 use interfaces::DeployChoices;
-
-/// A node as the node cache holds it (see [`Trim for Node`](#impl-Trim-for-Node)).
-pub type CachedNode = Cached<Node>;
-
-/// The node annotations the operator reads; a cached node keeps these alone (see
-/// [`TrimmedNode`]). Reading another annotation of a cached node means adding it here.
-const READ_ANNOTATIONS: [&str; 4] = [
-    annotation::RUNAI_MIG_CONFIG,
-    annotation::RUNAI_MIG_MAPPING,
-    annotation::UNHEALTHY_GPUS,
-    annotation::GPU_FAULTS,
-];
-
-/// What the node cache keeps in place of what it drops.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct KeptOfNode {
-    /// Whether KWOK's annotation marks the node as KWOK's (see [`has_kubelet`]).
-    pub kwok: bool,
-    /// Digest of the labels only fakegpu owns (see [`labels::drop_own_labels`]).
-    pub own_labels: Option<Digest>,
-    /// What fakegpu set in its status and annotations (and no one else did), told by the managed
-    /// fields.
-    pub owned_status: Option<status::OwnedStatus>,
-}
-
-/// What a node cache keeps of a node: the metadata (less the labels only fakegpu owns, the
-/// managed fields, see [`KeptOfNode`], and the annotations fakegpu does not read), capacity,
-/// allocatable and fakegpu's own conditions. Not a `Node`: one with its spec and most of its
-/// status empty still took 1.7 KB a node, and KWOK's one annotation another 0.6 KB (a map
-/// holds room for eleven entries).
-#[derive(Clone, Debug)]
-pub struct TrimmedNode {
-    pub metadata: ObjectMeta,
-    pub capacity: Option<BTreeMap<String, Quantity>>,
-    pub allocatable: Option<BTreeMap<String, Quantity>>,
-    /// The conditions fakegpu sets (GPU fractioning ready, GPU fault), of the node's.
-    pub conditions: Option<Vec<NodeCondition>>,
-}
-
-/// A cached node keeps what the controllers read (see [`TrimmedNode`]). At 10 000 nodes the
-/// rest (images, addresses, node info, the kubelet's conditions, spec) was most of the
-/// operator's memory.
-impl Trim for Node {
-    type Trimmed = TrimmedNode;
-    type Kept = KeptOfNode;
-
-    fn trim(mut node: Node, _: bool) -> (TrimmedNode, KeptOfNode) {
-        let own_labels = labels::drop_own_labels(&mut node);
-        let owned_status = status::OwnedStatus::from_managed_fields(&node);
-        node.metadata.managed_fields = None;
-        let kwok = node
-            .annotations()
-            .get(annotation::KWOK_NODE)
-            .map(String::as_str)
-            == Some(annotation::KWOK_NODE_VALUE);
-        node.metadata.annotations = node
-            .metadata
-            .annotations
-            .take()
-            .map(|all| {
-                all.into_iter()
-                    .filter(|(key, _)| READ_ANNOTATIONS.contains(&key.as_str()))
-                    .collect::<BTreeMap<_, _>>()
-            })
-            .filter(|read| !read.is_empty());
-        let status = node.status.unwrap_or_default();
-        let trimmed = TrimmedNode {
-            metadata: node.metadata,
-            capacity: status.capacity,
-            allocatable: status.allocatable,
-            conditions: status.conditions.map(|conditions| {
-                conditions
-                    .into_iter()
-                    .filter(|c| {
-                        [condition::GPU_FRACTIONING_READY, condition::GPU_FAULT]
-                            .contains(&c.type_.as_str())
-                    })
-                    .collect()
-            }),
-        };
-        let kept = KeptOfNode {
-            kwok,
-            own_labels,
-            owned_status,
-        };
-        (trimmed, kept)
-    }
-}
-
-impl HasMeta for TrimmedNode {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// KWOK nodes have no kubelet: no node agent runs there, the operator serves them centrally.
-pub fn has_kubelet(node: &CachedNode) -> bool {
-    !node.kept().kwok
-}
 
 pub async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
     let name = node.name_any();
@@ -312,12 +204,12 @@ async fn apply_node(ctx: &Context, node: &CachedNode, intent: &status::NodeInten
                 debug!(node = %name, "node is gone; nothing to write");
                 return Ok(());
             };
-            let owned = status::OwnedStatus::from_managed_fields(&fresh);
+            let owned = cached::OwnedStatus::from_managed_fields(&fresh);
             let leftovers =
-                status::Leftovers::new(owned.as_ref(), &labels::only_ours(&fresh), intent);
+                status::Leftovers::new(owned.as_ref(), &cached::only_ours(&fresh), intent);
             status::node_patch(intent, &leftovers, fresh.resource_version().as_deref())
         } else {
-            let leftovers = status::Leftovers::new(status::OwnedStatus::of(node), &[], intent);
+            let leftovers = status::Leftovers::new(cached::OwnedStatus::of(node), &[], intent);
             status::node_patch(intent, &leftovers, None)
         };
         match apply::patch_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
@@ -909,6 +801,8 @@ pub fn nodes_of_pool(nodes: &[Arc<CachedNode>], pool: &GpuNodePool) -> Vec<Objec
 mod tests {
     use serde_json::json;
 
+    use fakegpu_api::names::condition;
+
     use super::*;
 
     #[test]
@@ -948,7 +842,7 @@ mod tests {
             },
         }))
         .expect("test node");
-        let owned = status::OwnedStatus::from_managed_fields(&node).expect("own entry");
+        let owned = cached::OwnedStatus::from_managed_fields(&node).expect("own entry");
         let node = Cached::new(node);
         // `a` is fakegpu's alone: compared by digest, not kept.
         assert!(!node.labels().contains_key("a"));
@@ -963,8 +857,8 @@ mod tests {
             [annotation::GPU_FAULTS]
         );
         assert!(!has_kubelet(&node));
-        assert_eq!(status::OwnedStatus::of(&node), Some(&owned));
-        assert!(status::OwnedStatus::of(&node).is_some());
+        assert_eq!(cached::OwnedStatus::of(&node), Some(&owned));
+        assert!(cached::OwnedStatus::of(&node).is_some());
         let trimmed = node.trimmed().clone();
         assert_eq!(trimmed.allocatable.expect("allocatable").len(), 2);
         assert_eq!(trimmed.capacity.expect("capacity").len(), 1);

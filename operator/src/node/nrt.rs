@@ -3,7 +3,7 @@
 //! topology manager policy, as the reference's status exporter publishes them. GPUs that pods
 //! hold are subtracted from `available`, so topology-aware schedulers see what is free.
 
-use crate::node::CachedNode;
+use super::cached::CachedNode;
 use std::collections::BTreeMap;
 
 use fakegpu_api::{

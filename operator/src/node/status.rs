@@ -22,13 +22,15 @@ use fakegpu_api::{
     pool::{Backend, Interfaces, MigStrategy, resolve::ResolvedGpu},
 };
 use k8s_openapi::{
-    api::core::v1::{Node, NodeCondition},
+    api::core::v1::NodeCondition,
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Time},
 };
 use kube::ResourceExt;
 
-use super::{CachedNode, labels::labels_current};
-use crate::apply::{keys_only_ours, names_only_ours};
+use super::{
+    cached::{CachedNode, OwnedStatus},
+    labels::labels_current,
+};
 
 /// What fakegpu wants on a node: its labels, annotations and status entries.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -147,44 +149,6 @@ pub(super) fn current_condition<'a>(
         .conditions
         .as_ref()
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
-}
-
-/// What fakegpu set in a node's status and annotations and no one else did: capacity and
-/// allocatable entries by resource name, conditions by type. The node cache keeps this in
-/// place of the managed fields, whose nested maps cost some 4 KiB a node.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct OwnedStatus {
-    capacity: Vec<String>,
-    allocatable: Vec<String>,
-    conditions: Vec<String>,
-    #[serde(default)]
-    annotations: Vec<String>,
-}
-
-impl OwnedStatus {
-    /// None when fakegpu owns nothing in the node's status and annotations, as its cache
-    /// recorded from the managed fields.
-    pub fn of(node: &CachedNode) -> Option<&Self> {
-        node.kept().owned_status.as_ref()
-    }
-
-    pub(super) fn from_managed_fields(node: &Node) -> Option<Self> {
-        let keys = |list| names_only_ours(node, &["f:status", list]);
-        let conditions = keys_only_ours(node, &["f:status", "f:conditions"])
-            .into_iter()
-            .filter_map(|key| {
-                let key: serde_json::Value = serde_json::from_str(key.strip_prefix("k:")?).ok()?;
-                Some(key.get("type")?.as_str()?.to_owned())
-            })
-            .collect();
-        let owned = Self {
-            capacity: keys("f:capacity"),
-            allocatable: keys("f:allocatable"),
-            conditions,
-            annotations: names_only_ours(node, &["f:metadata", "f:annotations"]),
-        };
-        (owned != Self::default()).then_some(owned)
-    }
 }
 
 /// What fakegpu set in a node (and no one else did) that its intent no longer has: the patch
@@ -399,6 +363,8 @@ pub fn node_patch(
 mod tests {
     use fakegpu_api::pool::resolve::resolve;
     use serde_json::json;
+
+    use k8s_openapi::api::core::v1::Node;
 
     use super::*;
     use crate::{
