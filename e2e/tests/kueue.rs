@@ -201,15 +201,17 @@ async fn queue_gpu_jobs(
     ensure!(t4 != l4, "both pools' nodes say {t4}");
     let (t4_node, l4_node) = (format!("{t4_pool}-node"), format!("{l4_pool}-node"));
 
-    // The flavors select nodes by the product label, as on GPU nodes with NVIDIA's GFD; the
-    // queue has two T4s and one L4, T4s first.
+    // The flavors select nodes by the product label, as on GPU nodes with NVIDIA's GFD (and by
+    // the pool's, which keeps other tests' L4 nodes out: a DRA node serves `nvidia.com/gpu`
+    // too, through the DeviceClass's extended resource); the queue has two T4s and one L4, T4s
+    // first.
     let flavors = kueue_api(client, "ResourceFlavor", None);
-    for (flavor, product) in [("t4", &t4), ("l4", &l4)] {
+    for (flavor, product, pool) in [("t4", &t4, t4_pool), ("l4", &l4, l4_pool)] {
         create(
             &flavors,
             json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                 "metadata": {"name": format!("{id}-{flavor}")},
-                "spec": {"nodeLabels": {label::GPU_PRODUCT: product}}}),
+                "spec": {"nodeLabels": {label::GPU_PRODUCT: product, label::NODE_POOL: pool}}}),
         )
         .await?;
     }
@@ -379,7 +381,7 @@ async fn claimed_gpu_jobs(client: &Client, id: &str, namespace: &str) -> anyhow:
         &kueue_api(client, "ResourceFlavor", None),
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
             "metadata": {"name": id},
-            "spec": {"nodeLabels": {label::GPU_PRODUCT: product}}}),
+            "spec": {"nodeLabels": {label::GPU_PRODUCT: product, label::NODE_POOL: id}}}),
     )
     .await?;
     queues(client, id, namespace, &[(id.to_owned(), 1)], json!({})).await?;
