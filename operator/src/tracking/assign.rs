@@ -1,7 +1,16 @@
 //! Which pod holds which GPU or MIG instance of a node: claims first, then what the kubelet
 //! gave, what was recorded, what the document said, then the lowest free slots.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use fakegpu_api::{
+    dra::{gpu_device_name, mig_device_name},
+    names::resource,
+    profiles::published_mig_name,
+    topology::{GpuStatus, GpuTopology},
+};
+
+use super::{sharing::Sharing, user::GpuUser};
 
 /// What a slot is: a whole GPU or a MIG instance of a profile.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,6 +2,8 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use fakegpu_api::topology::{GpuStatus, GpuTopology};
+use k8s_openapi::api::{core::v1::Pod, resource::v1::ResourceClaim};
 use serde_json::json;
 
 use super::*;

@@ -1,6 +1,12 @@
 //! What a pod asks for: extended resources (`nvidia.com/gpu`, MIG profiles) and DRA claims.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use fakegpu_api::names::resource;
+use k8s_openapi::api::{
+    core::v1::{Container, Pod},
+    resource::v1::{DeviceRequestAllocationResult, ResourceClaim},
+};
 
 /// A container's limits (else requests) of extended resources.
 fn limits(

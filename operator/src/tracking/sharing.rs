@@ -1,6 +1,10 @@
 //! GPU sharing (Run:ai, KAI): reservation pods and the pods that share their GPUs.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use fakegpu_api::names::{annotation, label};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 
 /// Namespaces whose pods are GPU reservation pods (see [`Sharing`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -73,6 +77,8 @@ impl Sharing {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    use std::collections::BTreeMap;
 
     use crate::tracking::{fixtures::*, *};
 

@@ -1,6 +1,12 @@
 //! How much of its GPUs a pod uses: its annotation, its workload type, the pool's default.
 
-use super::*;
+use fakegpu_api::{
+    names::{annotation, label},
+    topology::{PodGpuUsage, UtilizationBounds},
+    utilization::{UtilizationRange, UtilizationRangeError, WorkloadType},
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 
 /// The pod's utilization annotation and why it does not parse, when it does not (the pod then
 /// runs at the pool's default; the user hears of it by an Event).
@@ -107,6 +113,8 @@ const IDLE_POD_PREFIX: &str = "runai-idle-gpu-";
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    use fakegpu_api::utilization::UtilizationRange;
 
     use crate::tracking::{fixtures::*, *};
 
