@@ -20,7 +20,7 @@ use prometheus::{IntCounterVec, Opts};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
-    Result,
+    error::Result,
     recent::{RecentWrites, Target, fingerprint},
 };
 
@@ -163,7 +163,7 @@ where
     if !exists {
         count::<K>("create");
         match metadata_answer(api, create()).await {
-            Err(crate::Error::Kube(kube::Error::Api(status))) if status.code == 409 => {}
+            Err(crate::error::Error::Kube(kube::Error::Api(status))) if status.code == 409 => {}
             written => return written,
         }
     }
@@ -171,7 +171,7 @@ where
     let replace = request_for(api).replace(name, &params, body.clone());
     match metadata_answer(api, replace).await {
         // Deleted since the cache saw it.
-        Err(crate::Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+        Err(crate::error::Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
             count::<K>("create");
             metadata_answer(api, create()).await
         }
@@ -418,7 +418,7 @@ mod tests {
         for (answer, terminating) in [(403, true), (422, false), (500, false)] {
             let (written, _) = replace_against(&[answer], false).await;
             match written {
-                Err(crate::Error::Kube(error)) => {
+                Err(crate::error::Error::Kube(error)) => {
                     assert_eq!(namespace_terminating(&error), terminating, "{answer}")
                 }
                 other => panic!("{answer}: {other:?}"),
@@ -477,7 +477,9 @@ mod tests {
     #[tokio::test]
     async fn replace_passes_other_failures_on() {
         let (written, seen) = replace_against(&[403], true).await;
-        assert!(matches!(written, Err(crate::Error::Kube(kube::Error::Api(s))) if s.code == 403));
+        assert!(
+            matches!(written, Err(crate::error::Error::Kube(kube::Error::Api(s))) if s.code == 403)
+        );
         assert_eq!(seen.len(), 1, "a refused write is not retried as a create");
     }
 

@@ -28,9 +28,11 @@ use kube::{
 use tracing::info;
 
 use crate::{
-    Caches, Context, apply,
+    apply,
     cache::Cached,
     compute_domain,
+    context::Caches,
+    context::Context,
     metrics::Metrics,
     node::{self, CachedNode},
     pacer::Pacer,

@@ -32,7 +32,7 @@ use k8s_openapi::{
 use kube::{Api, Resource, ResourceExt, api::ObjectMeta, runtime::reflector::ObjectRef};
 use tracing::info;
 
-use crate::{Context, Result, apply};
+use crate::{apply, context::Context, error::Result};
 
 /// The names of every class fakegpu may create.
 const CLASSES: [&str; 3] = [

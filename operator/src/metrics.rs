@@ -15,7 +15,7 @@ use axum::Router;
 use fakegpu_api::names::metric;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::{Error, Result};
+use crate::{error::Error, error::Result};
 
 /// Reconcile metrics, one series per controller.
 #[derive(Clone, Debug)]

@@ -24,7 +24,7 @@ pub fn watch_config() -> watcher::Config {
 
 /// Drops what tracking never reads: managed fields, volumes, images, environments, container
 /// statuses, conditions but one. Keeps names, resources and claims, annotations and labels,
-/// phase, claim statuses and whether the sandbox is up (see [`tracking::claims_prepared`]).
+/// phase, claim statuses and whether the sandbox is up (see [`crate::tracking::claims_prepared`]).
 pub fn slim(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     let slim_container = |c: &Container| Container {

@@ -51,11 +51,11 @@ pub fn key<K: kube::Resource>(object: &K) -> String {
 
 /// What an error policy answers: the next attempt after the object's backoff delay.
 pub fn after_failure<K: kube::Resource>(
-    ctx: &crate::Context,
+    retries: &Retries,
     controller: &'static str,
     object: &K,
 ) -> kube::runtime::controller::Action {
-    kube::runtime::controller::Action::requeue(ctx.retries.failed(controller, key(object)))
+    kube::runtime::controller::Action::requeue(retries.failed(controller, key(object)))
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ use kube::{
 use tracing::warn;
 
 use crate::{
-    Context,
     cache::{Cached, Trim},
+    context::Context,
     recent::{RecentWrites, scoped_name},
     retry,
 };
@@ -150,11 +150,11 @@ pub(crate) fn confirm<K: kube::Resource<DynamicType = ()>>(
 pub(crate) fn measured<K, F, Fut>(
     controller: &'static str,
     reconcile: F,
-) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::Result<Action>>
+) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::error::Result<Action>>
 where
     K: kube::Resource + Send + Sync + 'static,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
-    Fut: Future<Output = crate::Result<Action>> + Send + 'static,
+    Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
 {
     move |object, ctx| {
         let metrics = ctx.metrics.clone();

@@ -31,7 +31,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{Context, Error, Result, apply};
+use crate::{apply, context::Context, error::Error, error::Result};
 
 pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
     if domain.metadata.deletion_timestamp.is_some() {
@@ -141,10 +141,14 @@ fn reference(domain: &ComputeDomain) -> ObjectReference {
     domain.object_ref(&())
 }
 
-pub fn error_policy(domain: Arc<ComputeDomain>, error: &crate::Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    domain: Arc<ComputeDomain>,
+    error: &crate::error::Error,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.failed("compute-domain", error);
     warn!(domain = %domain.name_any(), %error, kind = error.metric_label(), "ComputeDomain reconcile failed");
-    crate::retry::after_failure(&ctx, "compute-domain", domain.as_ref())
+    crate::retry::after_failure(&ctx.retries, "compute-domain", domain.as_ref())
 }
 
 /// The domain a claim made from a domain's template belongs to.

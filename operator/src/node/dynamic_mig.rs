@@ -14,7 +14,7 @@ use fakegpu_api::{
 use kube::{Resource, ResourceExt};
 
 use super::cached::CachedNode;
-use crate::Context;
+use crate::context::Context;
 
 /// The label and annotation the operator answers a node's configuration with.
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v
 use kube::{Resource, ResourceExt};
 
 use super::{cached::CachedNode, status::current_condition};
-use crate::Context;
+use crate::context::Context;
 
 /// The faults declared for `node`: the pool's, then the annotation's; and why the annotation
 /// was ignored, when it does not parse.

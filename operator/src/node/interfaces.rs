@@ -11,7 +11,7 @@
 //!
 //! Where no one else set them, fakegpu decides and writes the deploy labels of nodes with a
 //! kubelet itself. The node cache shows only labels someone else set (it drops those fakegpu
-//! alone owns, see [`super::labels::drop_own_labels`]), so the labels it shows are the
+//! alone owns, see [`super::cached::drop_own_labels`]), so the labels it shows are the
 //! user's choices.
 
 use std::collections::BTreeMap;

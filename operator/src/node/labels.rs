@@ -175,7 +175,7 @@ fn engine_labels(engines: &MigEngines) -> [(&'static str, u32); 5] {
 }
 
 /// Whether a node's labels already are what the operator wants: every desired label has its
-/// value (those the cache dropped, by their digest: see [`drop_own_labels`]), and no other
+/// value (those the cache dropped, by their digest: see [`super::cached::drop_own_labels`]), and no other
 /// label of the operator's is left over.
 pub fn labels_current(node: &CachedNode, desired: &BTreeMap<String, String>) -> bool {
     let current = node.labels();
@@ -193,8 +193,8 @@ pub fn labels_current(node: &CachedNode, desired: &BTreeMap<String, String>) -> 
 
 /// Whether writing `desired` may have to take labels of fakegpu's off the node: its labels
 /// are not current and fakegpu set some that the cache shows only as a digest (see
-/// [`drop_own_labels`]) or an operator label it shows is not desired. Their names are then
-/// read from the node itself ([`only_ours`]); a node that never had fakegpu's labels (every
+/// [`super::cached::drop_own_labels`]) or an operator label it shows is not desired. Their names are then
+/// read from the node itself ([`super::cached::only_ours`]); a node that never had fakegpu's labels (every
 /// node joining a pool) needs no such read.
 pub fn may_take_back(node: &CachedNode, desired: &BTreeMap<String, String>) -> bool {
     let choices = DeployChoices::of(node.labels());

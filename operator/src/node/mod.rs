@@ -44,8 +44,11 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    Context, Error, Result, apply,
+    apply,
     cache::Cached,
+    context::Context,
+    error::Error,
+    error::Result,
     membership,
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
@@ -785,7 +788,7 @@ pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> 
         .failures
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
-    crate::retry::after_failure(&ctx, "node", node.as_ref())
+    crate::retry::after_failure(&ctx.retries, "node", node.as_ref())
 }
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.

@@ -26,7 +26,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::node::CachedNode;
-use crate::{Context, Error, Result, apply, deviceclass, membership, node};
+use crate::{apply, context::Context, deviceclass, error::Error, error::Result, membership, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -126,7 +126,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
 pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("pool", error);
     warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
-    crate::retry::after_failure(&ctx, "pool", pool.as_ref())
+    crate::retry::after_failure(&ctx.retries, "pool", pool.as_ref())
 }
 
 /// Pools a node event concerns: those that select it and the one it is labelled for.

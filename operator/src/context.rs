@@ -1,0 +1,92 @@
+//! What every reconcile may use ([`Context`]): the client, the watch caches ([`Caches`]) and
+//! what the operator remembers between reconciles.
+
+use std::sync::Arc;
+
+use fakegpu_api::GpuNodePool;
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Pod},
+    resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice},
+};
+use kube::{Client, runtime::reflector::Store};
+
+use crate::{
+    cache::Cached,
+    events::Events,
+    metrics::Metrics,
+    node::cached::CachedNode,
+    pacer::Pacer,
+    pod_groups::PodGroups,
+    pods::PodsByNode,
+    pool::{members::MembersIndex, status::NodeProblems},
+    recent::RecentWrites,
+    retry::Retries,
+    tracking::ReservationNamespaces,
+};
+
+/// What every reconcile may use: the client, the shared caches, and what the operator
+/// remembers between reconciles.
+pub struct Context {
+    pub client: Client,
+    /// Namespace of the per-node topology ConfigMaps.
+    pub namespace: String,
+    pub caches: Caches,
+    pub events: Events,
+    pub metrics: Metrics,
+    /// Paces pool status writes (see [`crate::pacer`]).
+    pub pool_status_pacer: Pacer,
+    /// Paces the writes of pool statuses that only count joining nodes or allocated GPUs.
+    pub pool_counts_pacer: Pacer,
+    /// Each pool's nodes, updated node by node (see [`crate::pool::members`]).
+    pub pool_members: Arc<MembersIndex>,
+    /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
+    /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
+    /// the nodes whose GPUs pods overbook.
+    pub node_problems: parking_lot::Mutex<NodeProblems>,
+    /// Writes sent whose watch events have not arrived yet (see [`crate::recent`]).
+    pub recent: Arc<RecentWrites>,
+    /// PodGroups' priority classes, asked for as pods name them.
+    pub pod_groups: PodGroups,
+    /// Failures in a row per object, for the error policies' backoff (see [`crate::retry`]).
+    pub retries: Retries,
+    /// Held while the DeviceClasses are compared and written (see [`crate::deviceclass::ensure`]).
+    pub device_class_writes: tokio::sync::Mutex<()>,
+    /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
+    pub reservations: ReservationNamespaces,
+    /// Whether the `gpu.nvidia.com` DeviceClass names `nvidia.com/gpu` as its extended resource
+    /// (see [`crate::controllers::Features`]).
+    pub dra_extended_resource: bool,
+}
+
+/// The watch caches (reflector stores) reconciles read instead of asking the API server. Some
+/// hold objects trimmed to what the controllers read: see [`crate::controllers`] for which.
+#[derive(Debug)]
+pub struct Caches {
+    pub pools: Store<GpuNodePool>,
+    pub nodes: Store<CachedNode>,
+    /// The per-node topology ConfigMaps.
+    pub configmaps: Store<Cached<ConfigMap>>,
+    pub device_classes: Store<DeviceClass>,
+    /// fakegpu's own ResourceSlices (those of KWOK nodes).
+    pub slices: Store<Cached<ResourceSlice>>,
+    /// Bound, unfinished pods, slimmed (see [`crate::pods`]).
+    pub pods: Store<Pod>,
+    pub pods_by_node: PodsByNode,
+    pub claims: Store<ResourceClaim>,
+    /// The node agents' reports of the devices their kubelets gave each container
+    /// ([`fakegpu_api::kubelet_devices`]), by ConfigMap name.
+    pub kubelet_reports: Store<ConfigMap>,
+    /// fakegpu's NodeResourceTopologies; `None` when the cluster does not serve the API or
+    /// publishing is switched off.
+    pub nrts: Option<Store<fakegpu_api::nrt::NodeResourceTopology>>,
+    /// ComputeDomains' ResourceClaimTemplates; `None` when the cluster serves no ComputeDomains.
+    pub claim_templates: Option<Store<ResourceClaimTemplate>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
