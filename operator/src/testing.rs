@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::{cache::Cached, node::CachedNode};
 
 pub mod api_server;
+pub mod context;
 
 pub fn time(second: i64) -> Time {
     Time(Timestamp::from_second(second).expect("valid test time"))

@@ -3,6 +3,8 @@
 //! answer to Run:ai's dynamic MIG, the GPU each reservation pod holds), and takes them away when
 //! no pool does.
 
+#[cfg(test)]
+mod against_api;
 pub mod cached;
 pub mod dynamic_mig;
 pub mod faults;

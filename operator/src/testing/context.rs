@@ -1,0 +1,80 @@
+//! A [`Context`] for unit tests of reconcilers: its caches hold the objects a test gives, its
+//! client talks to the fake API server ([`super::api_server`]).
+
+use std::sync::Arc;
+
+use fakegpu_api::GpuNodePool;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::{
+    Client, Resource,
+    runtime::{reflector, watcher},
+};
+
+use crate::{
+    cache::Cached,
+    context::{Caches, Context},
+    events::Events,
+    metrics::Metrics,
+    pacer::Pacer,
+    pod_groups::PodGroups,
+    tracking::ReservationNamespaces,
+};
+
+/// The install namespace of the tests' topology ConfigMaps.
+pub const NAMESPACE: &str = "fakegpu-system";
+
+/// What the caches hold.
+#[derive(Default)]
+pub struct Cluster {
+    pub pools: Vec<GpuNodePool>,
+    pub nodes: Vec<Node>,
+    pub configmaps: Vec<ConfigMap>,
+}
+
+/// A store holding `objects`, as a watch that listed them leaves it.
+fn store<K>(objects: impl IntoIterator<Item = K>) -> reflector::Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
+/// A context whose caches show `cluster` and whose client is `client`.
+pub fn context(client: Client, cluster: Cluster) -> Arc<Context> {
+    let interval = std::time::Duration::from_millis(1);
+    Arc::new(Context {
+        pod_groups: PodGroups::new(client.clone()),
+        events: Events::new(client.clone()),
+        client,
+        namespace: NAMESPACE.to_owned(),
+        caches: Caches {
+            pools: store(cluster.pools),
+            nodes: store(cluster.nodes.into_iter().map(Cached::new)),
+            configmaps: store(cluster.configmaps.into_iter().map(Cached::new)),
+            device_classes: store([]),
+            slices: store([]),
+            pods: store([]),
+            pods_by_node: Default::default(),
+            claims: store([]),
+            kubelet_reports: store([]),
+            nrts: None,
+            claim_templates: None,
+        },
+        metrics: Metrics::new().expect("metrics"),
+        pool_status_pacer: Pacer::new(interval),
+        pool_counts_pacer: Pacer::new(interval),
+        pool_members: Default::default(),
+        node_problems: Default::default(),
+        recent: Default::default(),
+        retries: Default::default(),
+        device_class_writes: Default::default(),
+        reservations: ReservationNamespaces::parse("runai-reservation"),
+        dra_extended_resource: true,
+    })
+}
