@@ -255,6 +255,81 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
     Ok(())
 }
 
+/// [`ensure`] against a fake API server: a DRA pool's class is written whole once, then not
+/// again while the cache shows it; a class no pool needs goes; someone else's stays.
+#[cfg(test)]
+mod against_api {
+    use axum::http::Method;
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::{
+        api_server::{Request, against, calls},
+        context::{Cluster, context},
+        pool,
+    };
+
+    const CLASS: &str = "/apis/resource.k8s.io/v1/deviceclasses/gpu.nvidia.com";
+
+    async fn ensure_once(
+        dra: bool,
+        classes: Vec<DeviceClass>,
+        answers: &[u16],
+    ) -> (Result<()>, Vec<Request>) {
+        let spec = json!({"gpu": {"profile": "l4"}, "interfaces": {"dra": dra}});
+        let mut pool = (*pool("p", 0, spec)).clone();
+        pool.metadata.uid = Some("p-uid".into());
+        let cluster = Cluster {
+            pools: vec![pool],
+            device_classes: classes,
+            ..Cluster::default()
+        };
+        against(answers, |client| async move {
+            ensure(&context(client, cluster)).await
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_dra_pool_s_class_is_written_once() {
+        let (result, seen) = ensure_once(true, vec![], &[200]).await;
+        result.expect("ensured");
+        assert_eq!(calls(&seen), [(Method::PATCH, CLASS.to_owned())]);
+        assert_eq!(seen[0].content_type, "application/apply-patch+yaml");
+        let written: DeviceClass = serde_json::from_value(seen[0].body.clone()).expect("class");
+        assert!(is_ours(&written));
+
+        let (result, seen) = ensure_once(true, vec![written], &[]).await;
+        result.expect("ensured");
+        assert_eq!(calls(&seen), [], "a current class written again");
+    }
+
+    #[tokio::test]
+    async fn a_class_no_pool_needs_goes_and_someone_else_s_stays() {
+        let (_, seen) = ensure_once(true, vec![], &[200]).await;
+        let ours: DeviceClass = serde_json::from_value(seen[0].body.clone()).expect("class");
+        let (result, seen) = ensure_once(false, vec![ours.clone()], &[200]).await;
+        result.expect("ensured");
+        assert_eq!(calls(&seen), [(Method::DELETE, CLASS.to_owned())]);
+
+        let mut foreign = ours;
+        foreign.metadata.labels = None;
+        let (result, seen) = ensure_once(true, vec![foreign.clone()], &[]).await;
+        result.expect("ensured");
+        assert_eq!(calls(&seen), [], "someone else's class written");
+        let (result, seen) = ensure_once(false, vec![foreign], &[]).await;
+        result.expect("ensured");
+        assert_eq!(calls(&seen), [], "someone else's class deleted");
+    }
+
+    #[tokio::test]
+    async fn a_refused_class_write_is_the_error() {
+        let (result, seen) = ensure_once(true, vec![], &[500]).await;
+        assert!(result.is_err());
+        assert_eq!(calls(&seen), [(Method::PATCH, CLASS.to_owned())]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

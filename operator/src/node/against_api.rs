@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{CachedNode, reconcile};
 use crate::testing::{
-    api_server::{Request, against},
+    api_server::{Request, against, calls},
     context::{Cluster, NAMESPACE, context},
     pool,
 };
@@ -53,13 +53,8 @@ fn cluster(nodes: Vec<Node>, configmaps: Vec<ConfigMap>) -> Cluster {
         pools: vec![(*pool).clone()],
         nodes,
         configmaps,
+        ..Cluster::default()
     }
-}
-
-fn calls(seen: &[Request]) -> Vec<(Method, String)> {
-    seen.iter()
-        .map(|r| (r.method.clone(), r.path.clone()))
-        .collect()
 }
 
 /// `node` with the status patch `patch` applied as the API server applies it here: its labels

@@ -1,6 +1,8 @@
 //! The pool controller: writes each GpuNodePool's status and conditions, records Events when a
 //! condition turns bad, and on deletion takes the pool's labels off its nodes (finalizer).
 
+#[cfg(test)]
+mod against_api;
 pub mod members;
 pub mod status;
 

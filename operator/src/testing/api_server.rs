@@ -28,11 +28,21 @@ pub struct Request {
     pub body: serde_json::Value,
 }
 
+/// A scripted answer: the status code, and the body where the request's own will not do.
+type Answer = (u16, Option<serde_json::Value>);
+
+/// The method and path of each request, in order.
+pub fn calls(seen: &[Request]) -> Vec<(Method, String)> {
+    seen.iter()
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect()
+}
+
 /// An HTTP server on loopback that answers each request with the next scripted status
 /// (the request's body, given a resourceVersion, for a success) and records it.
 #[derive(Clone, Default)]
 struct Server {
-    answers: Arc<Mutex<VecDeque<u16>>>,
+    answers: Arc<Mutex<VecDeque<Answer>>>,
     seen: Arc<Mutex<Vec<Request>>>,
 }
 
@@ -59,8 +69,15 @@ async fn answer(
         accept: header(ACCEPT),
         body: body.clone(),
     });
-    let code = server.answers.lock().unwrap().pop_front().unwrap_or(500);
-    let answer = if code < 300 {
+    let (code, given) = server
+        .answers
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or((500, None));
+    let answer = if let Some(given) = given {
+        given
+    } else if code < 300 {
         let mut object = body;
         object["metadata"]["resourceVersion"] = json!("7");
         // The API server answers with the object, named even where a patch's body is not.
@@ -103,8 +120,25 @@ pub async fn against<T, F>(
 where
     F: Future<Output = T>,
 {
+    let answers: Vec<_> = answers.iter().map(|code| (*code, None)).collect();
+    against_answering(&answers, write).await
+}
+
+/// As [`against`], each answer with its body where one is given (the object a JSON patch
+/// leaves, which the fake server cannot work out), else the request's own.
+pub async fn against_answering<T, F>(
+    answers: &[Answer],
+    write: impl FnOnce(kube::Client) -> F,
+) -> (T, Vec<Request>)
+where
+    F: Future<Output = T>,
+{
     let server = Server::default();
-    server.answers.lock().unwrap().extend(answers);
+    server
+        .answers
+        .lock()
+        .unwrap()
+        .extend(answers.iter().cloned());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let app = axum::Router::new()

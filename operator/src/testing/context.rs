@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use fakegpu_api::GpuNodePool;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Node},
+    resource::v1::DeviceClass,
+};
 use kube::{
     Client, Resource,
     runtime::{reflector, watcher},
@@ -29,6 +32,7 @@ pub struct Cluster {
     pub pools: Vec<GpuNodePool>,
     pub nodes: Vec<Node>,
     pub configmaps: Vec<ConfigMap>,
+    pub device_classes: Vec<DeviceClass>,
 }
 
 /// A store holding `objects`, as a watch that listed them leaves it.
@@ -57,7 +61,7 @@ pub fn context(client: Client, cluster: Cluster) -> Arc<Context> {
             pools: store(cluster.pools),
             nodes: store(cluster.nodes.into_iter().map(Cached::new)),
             configmaps: store(cluster.configmaps.into_iter().map(Cached::new)),
-            device_classes: store([]),
+            device_classes: store(cluster.device_classes),
             slices: store([]),
             pods: store([]),
             pods_by_node: Default::default(),
