@@ -2,6 +2,8 @@
 //! status ([`status`]). Runs when the cluster serves `resource.nvidia.com/v1beta1`
 //! ComputeDomains (fakegpu's CRD, or NVIDIA's next to its real driver).
 
+#[cfg(test)]
+mod against_api;
 pub mod status;
 pub mod template;
 

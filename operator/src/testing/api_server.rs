@@ -101,8 +101,15 @@ async fn answer(
                 "message": "namespace fakegpu-system is being terminated",
                 "field": "metadata.namespace"}]}})
     } else {
+        // The reasons the API server gives, which clients match on (`get_opt` on NotFound).
+        let reason = match code {
+            404 => "NotFound",
+            409 => "Conflict",
+            422 => "Invalid",
+            _ => "Scripted",
+        };
         json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-            "reason": "Scripted", "message": "scripted answer"})
+            "reason": reason, "message": "scripted answer"})
     };
     (
         StatusCode::from_u16(code).unwrap(),

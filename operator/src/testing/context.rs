@@ -6,7 +6,7 @@ use std::sync::Arc;
 use fakegpu_api::GpuNodePool;
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Node},
-    resource::v1::DeviceClass,
+    resource::v1::{DeviceClass, ResourceClaimTemplate},
 };
 use kube::{
     Client, Resource,
@@ -33,6 +33,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub configmaps: Vec<ConfigMap>,
     pub device_classes: Vec<DeviceClass>,
+    /// ComputeDomains' templates; the cache is there only when the cluster serves domains.
+    pub claim_templates: Option<Vec<ResourceClaimTemplate>>,
 }
 
 /// A store holding `objects`, as a watch that listed them leaves it.
@@ -68,7 +70,7 @@ pub fn context(client: Client, cluster: Cluster) -> Arc<Context> {
             claims: store([]),
             kubelet_reports: store([]),
             nrts: None,
-            claim_templates: None,
+            claim_templates: cluster.claim_templates.map(store),
         },
         metrics: Metrics::new().expect("metrics"),
         pool_status_pacer: Pacer::new(interval),
