@@ -47,7 +47,56 @@ fn kstatus(kind: &str, name: &str, namespace: Option<&str>) -> anyhow::Result<(S
     Ok((status, message))
 }
 
-/// Waits until kstatus reads `expected` for the object.
+/// `value` as a Lua expression: objects as tables keyed by string, lists as sequences, null as
+/// nil, as Argo CD hands an object to its health checks.
+fn lua_literal(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "nil".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(text) => format!("{text:?}"),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(lua_literal).collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        Value::Object(entries) => {
+            let entries: Vec<String> = entries
+                .iter()
+                .map(|(key, value)| format!("[{key:?}] = {}", lua_literal(value)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+    }
+}
+
+/// Argo CD's health of pool `name` by fakegpu's check (deploy/argo-cd), run with Lua 5.1:
+/// (status, message).
+fn argo_cd_health(name: &str) -> anyhow::Result<(String, String)> {
+    let object: serde_json::Value =
+        serde_json::from_str(&kubectl(&["get", "gpunodepool", name, "-o", "json"])?)?;
+    let check = std::fs::read_to_string(repo_root().join("deploy/argo-cd/gpunodepool-health.lua"))?;
+    let program = format!(
+        "obj = {}\nlocal function check()\n{check}\nend\nlocal hs = check()\n\
+         io.write(hs.status, \"\\t\", hs.message or \"\")\n",
+        lua_literal(&object)
+    );
+    let output = std::process::Command::new("lua5.1")
+        .args(["-e", &program])
+        .output()
+        .context("running lua5.1 (hack/lib/prerequisites.sh installs it)")?;
+    ensure!(
+        output.status.success(),
+        "Argo CD's health check: {output:?}"
+    );
+    let text = String::from_utf8(output.stdout)?;
+    let (status, message) = text.split_once('\t').unwrap_or((&text, ""));
+    Ok((status.to_owned(), message.to_owned()))
+}
+
+/// Waits until kstatus reads `expected` for the object; for a pool, Argo CD's health by
+/// fakegpu's check must say the same (Current is Healthy, InProgress Progressing, Failed
+/// Degraded).
 async fn reads(
     kind: &str,
     name: &str,
@@ -63,7 +112,20 @@ async fn reads(
             Ok(Some(()))
         },
     )
-    .await
+    .await?;
+    if kind == "gpunodepool" {
+        let argo = match expected {
+            "Current" => "Healthy",
+            "InProgress" => "Progressing",
+            _ => "Degraded",
+        };
+        let (health, message) = argo_cd_health(name)?;
+        ensure!(
+            health == argo,
+            "Argo CD's health of pool {name} is {health} ({message}), kstatus reads {expected}"
+        );
+    }
+    Ok(())
 }
 
 #[tokio::test]

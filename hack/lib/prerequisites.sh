@@ -50,6 +50,7 @@ prerequisites_suite_packages=(
   "docker-registry:the registry on loopback the images are pushed to (hack/registry.sh)"
   "python3-venv:NVML's Python users under test (hack/nvml-python.sh)"
   "python3-yaml:Kueue's webhook manifests, pointed at loopback (hack/kueue.sh)"
+  "lua5.1:Argo CD's health check for pools (deploy/argo-cd), run with the Lua Argo CD embeds"
 )
 
 prerequisites_log() { printf '[prerequisites] %s\n' "$*" >&2; }
