@@ -836,7 +836,10 @@ async fn deploy_labels_set_by_hand_choose_what_the_real_node_serves() -> anyhow:
             let node = real_node();
             let result = deploy_choices(client, pool, &node).await;
             // The next test starts from a node without labels of the user's.
-            let unlabelled = label_node(client, &node, label::DEPLOY_DEVICE_PLUGIN, None).await;
+            let mut unlabelled = Ok(());
+            for key in [label::DEPLOY_DEVICE_PLUGIN, label::DEPLOY_DRA_PLUGIN] {
+                unlabelled = unlabelled.and(label_node(client, &node, key, None).await);
+            }
             result.and(unlabelled)
         },
     )
@@ -883,9 +886,10 @@ async fn deploy_choices(client: &Client, pool: &str, node: &str) -> anyhow::Resu
         "fakegpu changed the user's label: {labels:?}"
     );
 
-    // A pool without the device plugin, and the label turned `true` by hand: the DaemonSet
-    // runs the plugin on the node, which offers no GPU (the kubelet counts none at all, where
-    // a plugin gone leaves its GPUs in capacity).
+    // A pool without the device plugin, and both deploy labels turned `true` by hand (one
+    // alone would pick that interface and drop DRA): the DaemonSet runs the plugin on the node,
+    // which offers no GPU (the kubelet counts none at all, where a plugin gone leaves its GPUs
+    // in capacity), and DRA stays.
     Api::<GpuNodePool>::all(client.clone())
         .patch(
             pool,
@@ -893,6 +897,7 @@ async fn deploy_choices(client: &Client, pool: &str, node: &str) -> anyhow::Resu
             &Patch::Merge(json!({"spec": {"interfaces": {"devicePlugin": false}}})),
         )
         .await?;
+    label_node(client, node, label::DEPLOY_DRA_PLUGIN, Some("true")).await?;
     label_node(client, node, label::DEPLOY_DEVICE_PLUGIN, Some("true")).await?;
     agents_ready(client, node, &["fakegpu-device-plugin"]).await?;
     eventually(
