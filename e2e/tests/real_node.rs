@@ -886,10 +886,11 @@ async fn deploy_choices(client: &Client, pool: &str, node: &str) -> anyhow::Resu
         "fakegpu changed the user's label: {labels:?}"
     );
 
-    // A pool without the device plugin, and both deploy labels turned `true` by hand (one
-    // alone would pick that interface and drop DRA): the DaemonSet runs the plugin on the node,
-    // which offers no GPU (the kubelet counts none at all, where a plugin gone leaves its GPUs
-    // in capacity), and DRA stays.
+    // A pool without the device plugin, and its label turned `true` by hand: the label picks
+    // the device plugin (DRA's label is fakegpu's, not the user's), which the pool does not
+    // serve. The DaemonSet runs the plugin on the node all the same, and it offers no GPU (the
+    // kubelet counts none at all, where a plugin gone leaves its GPUs in capacity); the DRA
+    // slice goes, and the pool's Ready message names the node.
     Api::<GpuNodePool>::all(client.clone())
         .patch(
             pool,
@@ -897,7 +898,6 @@ async fn deploy_choices(client: &Client, pool: &str, node: &str) -> anyhow::Resu
             &Patch::Merge(json!({"spec": {"interfaces": {"devicePlugin": false}}})),
         )
         .await?;
-    label_node(client, node, label::DEPLOY_DRA_PLUGIN, Some("true")).await?;
     label_node(client, node, label::DEPLOY_DEVICE_PLUGIN, Some("true")).await?;
     agents_ready(client, node, &["fakegpu-device-plugin"]).await?;
     eventually(
@@ -918,8 +918,20 @@ async fn deploy_choices(client: &Client, pool: &str, node: &str) -> anyhow::Resu
         allocatable(client, node, resource::GPU).await?.as_deref() == Some("0"),
         "the device plugin a label runs offered GPUs of a pool without it"
     );
-    ensure!(gpu_slice_of(client, node).await?, "the DRA slice went");
-    Ok(())
+    eventually(
+        &format!("{node}'s slice gone and the pool naming the node's label"),
+        CONVERGE,
+        || async {
+            let pool = Api::<GpuNodePool>::all(client.clone()).get(pool).await?;
+            let named = pool.status.iter().flat_map(|s| &s.conditions).any(|c| {
+                c.type_ == "Ready"
+                    && c.message.contains(node)
+                    && c.message.contains(label::DEPLOY_DEVICE_PLUGIN)
+            });
+            Ok((named && !gpu_slice_of(client, node).await?).then_some(()))
+        },
+    )
+    .await
 }
 
 /// Whether the scheduler found no node for the pod of `status`.
