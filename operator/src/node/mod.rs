@@ -103,7 +103,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
                 served: &served,
                 choices: &choices,
             };
-            ensure_node(&ctx, &node, &serving, &gpu, &topology, answer).await?;
+            let lingers = ensure_node(&ctx, &node, &serving, &gpu, &topology, answer).await?;
             ensure_slices(&ctx, &node, &serving, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
             ensure_topology(&ctx, &node, &pool, &topology).await?;
@@ -114,6 +114,11 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
             report_malformed_unhealthy(&ctx, &node, gpu.count).await;
             report_overbooking(&ctx, &node, &overbooked).await;
             faults::report(&ctx, &node, &topology, bad_faults.as_deref()).await;
+            // A released claim names no node any more: its event does not reach the node, whose
+            // plugin's deploy label would stay until something else changed.
+            if lingers {
+                return Ok(Action::requeue(LINGER_RECHECK));
+            }
         }
         // The pool reports this as a condition. The node keeps what it has: a typo in a pool
         // must not strip GPUs from nodes that run workloads.
@@ -124,8 +129,9 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
     Ok(Action::await_change())
 }
 
-/// How often a node that left its pool looks again whether its pods still hold claims (a
-/// released claim names no node any more, so its event does not reach the node).
+/// How often a node that keeps a plugin for its pods' claims (it left its pool, or its pool
+/// stopped serving the plugin's driver) looks again whether they still hold them (a released
+/// claim names no node any more, so its event does not reach the node).
 const LINGER_RECHECK: Duration = Duration::from_secs(5);
 
 /// The node's document: the pool's GPUs with the faults `faults` declares, with the pods that

@@ -44,7 +44,8 @@ pub(super) struct Serving<'a> {
 /// Labels, annotations, KWOK capacity and the fractioning condition, in one patch of the node's
 /// status subresource. The API server keeps the metadata of a status write (it resets only
 /// `spec`), so a node costs one write where labels and status used to cost two; the GPUs the
-/// document marks unhealthy leave allocatable.
+/// document marks unhealthy leave allocatable. True when the node keeps the deploy label of a
+/// plugin its pool no longer serves, for claims its pods hold.
 pub(super) async fn ensure_node(
     ctx: &Context,
     node: &CachedNode,
@@ -52,11 +53,11 @@ pub(super) async fn ensure_node(
     gpu: &ResolvedGpu,
     topology: &NodeTopology,
     mig_answer: dynamic_mig::Answer,
-) -> Result<()> {
+) -> Result<bool> {
     // KWOK writes its status when it sees the node; the node's next event brings it back here.
     if !has_kubelet(node) && !status::kwok_initialized(node) {
         debug!(node = %node.name_any(), "waiting for KWOK to initialize the node's status");
-        return Ok(());
+        return Ok(false);
     }
     let Serving {
         pool,
@@ -65,14 +66,16 @@ pub(super) async fn ensure_node(
     } = *serving;
     let mut labels = labels::desired_labels(pool, gpu, has_kubelet(node), served, choices);
     labels.extend(mig_answer.labels);
+    let mut lingers = false;
     if has_kubelet(node) {
         // A pool that stopped serving a DRA driver keeps its plugin on the node while the
         // node's pods hold claims it prepared, as a node leaving its pool does; a deploy label
         // someone else set stays theirs.
         let lingering = leaving::lingering_labels(&ctx.caches.claims.state(), &node.name_any());
         for (key, value) in lingering {
-            if !choices.chose(&key) {
-                labels.entry(key).or_insert(value);
+            if !choices.chose(&key) && !labels.contains_key(&key) {
+                lingers = true;
+                labels.insert(key, value);
             }
         }
     }
@@ -89,7 +92,8 @@ pub(super) async fn ensure_node(
         resources,
         unhealthy_gpus,
     };
-    apply_node(ctx, node, &intent).await
+    apply_node(ctx, node, &intent).await?;
+    Ok(lingers)
 }
 
 pub(super) async fn apply_node(
