@@ -24,10 +24,6 @@ const CRATES: &[&str] = &[
     "e2e",
 ];
 
-/// Pairs allowed to import each other while they are taken apart: none is left. A new pair
-/// fails the test, and so does a listed pair that is gone, so the list only shrinks.
-const KNOWN: &[(&str, &str)] = &[];
-
 type ModulePath = Vec<String>;
 
 /// The module path of a source file relative to `src/`: `node/mod.rs` and `node.rs` are
@@ -252,19 +248,9 @@ fn no_file_imports_a_file_that_imports_it() -> std::io::Result<()> {
         .parent()
         .expect("the e2e crate lies in the workspace");
     let found = import_cycles(workspace)?;
-    let known: BTreeSet<(String, String)> = KNOWN
-        .iter()
-        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
-        .collect();
-    let new: Vec<_> = found.difference(&known).collect();
-    let gone: Vec<_> = known.difference(&found).collect();
     assert!(
-        new.is_empty(),
-        "files that import each other (move what both need into a file of its own): {new:#?}"
-    );
-    assert!(
-        gone.is_empty(),
-        "taken apart, so no longer to be listed in KNOWN: {gone:#?}"
+        found.is_empty(),
+        "files that import each other (move what both need into a file of its own): {found:#?}"
     );
     Ok(())
 }
