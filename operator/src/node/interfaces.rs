@@ -41,14 +41,19 @@ impl DeployChoices {
         }
     }
 
+    /// The choice of deploy label `key`; `None` for a key that is no deploy label.
+    fn choice(&self, key: &str) -> Option<bool> {
+        match key {
+            label::DEPLOY_DEVICE_PLUGIN => self.device_plugin,
+            label::DEPLOY_DRA_PLUGIN => self.dra,
+            label::DEPLOY_COMPUTE_DOMAIN_PLUGIN => self.compute_domains,
+            _ => None,
+        }
+    }
+
     /// Whether the node's label `key` is someone else's choice, which fakegpu leaves as it is.
     pub fn chose(&self, key: &str) -> bool {
-        match key {
-            label::DEPLOY_DEVICE_PLUGIN => self.device_plugin.is_some(),
-            label::DEPLOY_DRA_PLUGIN => self.dra.is_some(),
-            label::DEPLOY_COMPUTE_DOMAIN_PLUGIN => self.compute_domains.is_some(),
-            _ => false,
-        }
+        self.choice(key).is_some()
     }
 }
 
@@ -76,21 +81,13 @@ pub fn served(pool: &GpuNodePool, kwok: bool, choices: &DeployChoices) -> Interf
 pub fn unserved_requests(pool: &GpuNodePool, choices: &DeployChoices) -> Vec<&'static str> {
     let offered = &pool.spec.interfaces;
     [
-        (
-            choices.device_plugin,
-            offered.device_plugin,
-            label::DEPLOY_DEVICE_PLUGIN,
-        ),
-        (choices.dra, offered.dra, label::DEPLOY_DRA_PLUGIN),
-        (
-            choices.compute_domains,
-            offered.compute_domains,
-            label::DEPLOY_COMPUTE_DOMAIN_PLUGIN,
-        ),
+        (label::DEPLOY_DEVICE_PLUGIN, offered.device_plugin),
+        (label::DEPLOY_DRA_PLUGIN, offered.dra),
+        (label::DEPLOY_COMPUTE_DOMAIN_PLUGIN, offered.compute_domains),
     ]
     .into_iter()
-    .filter(|(chosen, offered, _)| *chosen == Some(true) && !offered)
-    .map(|(_, _, key)| key)
+    .filter(|(key, offered)| !offered && choices.choice(key) == Some(true))
+    .map(|(key, _)| key)
     .collect()
 }
 
