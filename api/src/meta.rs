@@ -27,6 +27,40 @@ pub fn is_dns_subdomain(name: &str) -> bool {
         && name.ends_with(alphanumeric)
 }
 
+/// The `node-name` label of a per-node ConfigMap (topology document, kubelet report) for
+/// `node`, the reference's way to name the node; `None` where the name cannot be a label value
+/// (longer than 63 characters: Karpenter's KWOK nodes, some clouds' nodes), since the API server
+/// refuses such a ConfigMap. Readers take the node from the ConfigMap's name then
+/// ([`node_of_configmap`]); the reference's readers see no node, as the reference itself
+/// writes no such ConfigMap.
+pub fn node_name_label(node: &str) -> Option<(String, String)> {
+    (node.len() <= 63).then(|| {
+        (
+            crate::names::topology::NODE_NAME_LABEL.to_owned(),
+            node.to_owned(),
+        )
+    })
+}
+
+/// The node a per-node ConfigMap named `<prefix><node>` is about: its `node-name` label, or
+/// its name after `prefix` where it has none ([`node_name_label`]).
+pub fn node_of_configmap<'a>(configmap: &'a impl Resource, prefix: &str) -> Option<&'a str> {
+    match configmap
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(crate::names::topology::NODE_NAME_LABEL))
+    {
+        Some(node) => Some(node),
+        None => configmap
+            .meta()
+            .name
+            .as_deref()?
+            .strip_prefix(prefix)
+            .filter(|node| !node.is_empty()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -53,5 +87,34 @@ mod tests {
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}}),
         );
         assert!(!metadata_current(&owned, &desired));
+    }
+
+    #[test]
+    fn a_node_name_too_long_for_a_label_is_read_from_the_configmap_name() {
+        let short = "kwok-node-0";
+        let long = "kwok-karpenter-2594-0-gnmsw-lifterevening-9-fhbu7n5zxj-772852652";
+        assert_eq!(
+            node_name_label(short),
+            Some(("node-name".to_owned(), short.to_owned()))
+        );
+        assert_eq!(node_name_label(long), None);
+        let configmap =
+            |name: &str, label: Option<(String, String)>| k8s_openapi::api::core::v1::ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(format!("topology-{name}")),
+                    labels: label.map(|l| [l].into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+        for node in [short, long] {
+            let cm = configmap(node, node_name_label(node));
+            assert_eq!(node_of_configmap(&cm, "topology-"), Some(node));
+        }
+        // The label wins over the name (the reference's readers and writers agree on it).
+        let cm = configmap("a", node_name_label("b"));
+        assert_eq!(node_of_configmap(&cm, "topology-"), Some("b"));
+        assert_eq!(node_of_configmap(&configmap("", None), "topology-"), None);
+        assert_eq!(node_of_configmap(&configmap("x", None), "other-"), None);
     }
 }

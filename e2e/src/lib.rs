@@ -331,10 +331,11 @@ pub async fn create_kwok_node(
     labels: &[(&str, &str)],
 ) -> anyhow::Result<k8s_openapi::api::core::v1::Node> {
     use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
-    let mut all_labels = std::collections::BTreeMap::from([
-        ("type".to_owned(), "kwok".to_owned()),
-        ("kubernetes.io/hostname".to_owned(), name.to_owned()),
-    ]);
+    let mut all_labels = std::collections::BTreeMap::from([("type".to_owned(), "kwok".to_owned())]);
+    // A hostname is at most 63 characters; a longer node name (Karpenter's) has no such label.
+    if name.len() <= 63 {
+        all_labels.insert("kubernetes.io/hostname".to_owned(), name.to_owned());
+    }
     all_labels.extend(
         labels
             .iter()

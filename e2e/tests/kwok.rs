@@ -134,6 +134,66 @@ async fn nodes_created_into_a_pool_keep_room_for_pods() -> anyhow::Result<()> {
     cleanup.after(result).await
 }
 
+/// A node whose name is longer than a label value may be (Karpenter's KWOK nodes, some clouds'
+/// nodes: up to 253 characters) gets its GPUs, its topology document and pods holding its GPUs,
+/// like any other: its topology ConfigMap goes without the `node-name` label, which the API
+/// server would refuse, and is read by its name.
+#[tokio::test]
+async fn a_node_with_a_name_longer_than_a_label_value_gets_its_gpus() -> anyhow::Result<()> {
+    let client = admin_client().await?;
+    install_crds(&client).await?;
+    let pool = unique_name("long");
+    let node = format!("{pool}-{}", "n".repeat(70));
+    let namespace = create_namespace(&client, "long").await?;
+    let cleanup = Cleanup::new(&client)
+        .pool(&pool)
+        .node(&node)
+        .namespace(&namespace);
+    let result = async {
+        create_pool(
+            &client,
+            &pool,
+            json!({"gpu": {"profile": "t4", "count": 2}}),
+        )
+        .await?;
+        create_kwok_node(&client, &node, &[(label::NODE_POOL, pool.as_str())]).await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        eventually(&format!("{node} has its GPUs"), CONVERGE, || async {
+            let n = nodes.get(&node).await?;
+            Ok((gpu_capacity(&n).1.as_deref() == Some("2")).then_some(()))
+        })
+        .await?;
+        create_kwok_pod(
+            &client,
+            &namespace,
+            "holder",
+            json!({"nodeName": node, "containers": [{"name": "main", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        )
+        .await?;
+        let held = eventually("the pod recorded on one GPU", CONVERGE, || async {
+            let Some((cm, document)) = topology_of(&client, &node).await? else {
+                return Ok(None);
+            };
+            let holders: Vec<_> = document
+                .gpus
+                .iter()
+                .filter(|g| g.status.allocated_by.pod == "holder")
+                .collect();
+            Ok((holders.len() == 1).then_some(cm))
+        })
+        .await?;
+        ensure!(
+            !held.labels().contains_key("node-name"),
+            "the ConfigMap carries a node-name label the API server should refuse: {:?}",
+            held.labels()
+        );
+        Ok(())
+    }
+    .await;
+    cleanup.after(result).await
+}
+
 /// Under the local cluster's KWOK Stages a Job's pod annotated with how long it runs holds its
 /// GPU that long, then succeeds and frees it; one without the annotation succeeds at once, as
 /// under KWOK's fast Stages. Quota systems (Kueue) need work that holds its GPUs a while.

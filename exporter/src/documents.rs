@@ -11,13 +11,14 @@ use std::{
 };
 
 use fakegpu_api::{
-    names::topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+    meta::node_of_configmap,
+    names::topology::{CONFIGMAP_PREFIX, NODE_TOPOLOGY_LABEL},
     topology::NodeTopology,
 };
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
 use parking_lot::RwLock;
@@ -50,7 +51,7 @@ impl Documents {
     }
 
     pub fn delete(&self, configmap: &ConfigMap) {
-        if let Some(node) = configmap.labels().get(NODE_NAME_LABEL) {
+        if let Some(node) = node_of_configmap(configmap, CONFIGMAP_PREFIX) {
             self.nodes.write().remove(node);
         }
     }
@@ -101,12 +102,12 @@ impl Documents {
 /// Puts a ConfigMap's document into `snapshot` under its node; a malformed one is logged and
 /// leaves the node's entry as it was.
 fn insert(snapshot: &mut Snapshot, configmap: &ConfigMap) {
-    let Some(node) = configmap.labels().get(NODE_NAME_LABEL) else {
+    let Some(node) = node_of_configmap(configmap, CONFIGMAP_PREFIX) else {
         return;
     };
     match NodeTopology::from_configmap(configmap) {
         Ok(document) => {
-            snapshot.insert(node.clone(), Arc::new(document));
+            snapshot.insert(node.to_owned(), Arc::new(document));
         }
         Err(error) => warn!(node = %node, %error, "ignoring malformed topology document"),
     }
@@ -115,6 +116,7 @@ fn insert(snapshot: &mut Snapshot, configmap: &ConfigMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fakegpu_api::names::topology::NODE_NAME_LABEL;
 
     fn document(node: &str) -> ConfigMap {
         let text = "version: 1\npool: p\ngpuMemory: 1\ngpuProduct: x\ndriverVersion: d\ncudaVersion: c\nmigStrategy: none\ngpus: []\n";

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use fakegpu_api::{
     GpuNodePool,
+    meta::node_of_configmap,
     names::{
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
         kubelet_devices,
-        topology::{NODE_NAME_LABEL, NODE_TOPOLOGY_LABEL},
+        topology::NODE_TOPOLOGY_LABEL,
     },
     nrt::NodeResourceTopology,
 };
@@ -379,7 +380,7 @@ pub async fn run(
 /// The node a kubelet report is about. (A topology ConfigMap's cache keeps its node aside, see
 /// `KeptOfTopology`.)
 fn node_of_kubelet_report(cm: Arc<ConfigMap>) -> Option<ObjectRef<CachedNode>> {
-    cm.labels().get(NODE_NAME_LABEL).map(|n| ObjectRef::new(n))
+    node_of_configmap(cm.as_ref(), kubelet_devices::CONFIGMAP_PREFIX).map(ObjectRef::new)
 }
 
 /// Pools whose spec or existence changed (a new generation: spec edits, deletion requested).

@@ -13,10 +13,10 @@ use std::{
 
 use fakegpu_api::{
     kubelet_devices::{ContainerDevices, KubeletDevices},
+    meta::node_name_label,
     names::{
         kubelet_devices::{DATA_KEY, LABEL},
         resource,
-        topology::NODE_NAME_LABEL,
     },
 };
 use k8s_openapi::{
@@ -108,11 +108,10 @@ pub fn report_configmap(node: &Node, namespace: &str, report: &KubeletDevices) -
             name: Some(KubeletDevices::configmap_name(&name)),
             namespace: Some(namespace.to_owned()),
             labels: Some(
-                [
-                    (LABEL.to_owned(), "true".to_owned()),
-                    (NODE_NAME_LABEL.to_owned(), name.clone()),
-                ]
-                .into(),
+                [(LABEL.to_owned(), "true".to_owned())]
+                    .into_iter()
+                    .chain(node_name_label(&name))
+                    .collect(),
             ),
             owner_references: Some(vec![OwnerReference {
                 api_version: "v1".into(),

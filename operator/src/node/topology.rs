@@ -181,11 +181,13 @@ pub fn desired_configmap(
     allocated_gpus: u32,
 ) -> ConfigMap {
     let name = node.name_any();
-    let labels = BTreeMap::from([
+    let labels = [
         (names::NODE_TOPOLOGY_LABEL.to_owned(), "true".to_owned()),
-        (names::NODE_NAME_LABEL.to_owned(), name.clone()),
         (POOL_LABEL.to_owned(), pool.to_owned()),
-    ]);
+    ]
+    .into_iter()
+    .chain(fakegpu_api::meta::node_name_label(&name))
+    .collect::<BTreeMap<_, _>>();
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(NodeTopology::configmap_name(&name)),
@@ -253,7 +255,8 @@ impl Trim for ConfigMap {
     type Kept = KeptOfTopology;
 
     fn trim(mut cm: ConfigMap, written_by_fakegpu_alone: bool) -> (ConfigMap, KeptOfTopology) {
-        let node = cm.labels().get(names::NODE_NAME_LABEL).cloned();
+        let node =
+            fakegpu_api::meta::node_of_configmap(&cm, names::CONFIGMAP_PREFIX).map(str::to_owned);
         let pool = cm.labels().get(POOL_LABEL).cloned();
         let allocated_gpus = cm
             .annotations()
