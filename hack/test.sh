@@ -75,7 +75,7 @@ mkdir -p "$FAKEGPU_CLUSTER_DIR"
 # A node left by a run that was cut off or by the demo (its record is on the host) goes first.
 if [[ ${FAKEGPU_SKIP_REAL_NODE:-} != 1 ]]; then hack/node.sh down; fi
 hack/node.sh snapshot >"$FAKEGPU_CLUSTER_DIR/host-before.txt"
-trap 'hack/kueue.sh stop >/dev/null 2>&1 || true; hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/registry.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
+trap 'hack/kueue.sh stop >/dev/null 2>&1 || true; hack/karpenter.sh stop >/dev/null 2>&1 || true; hack/operator.sh stop >/dev/null 2>&1 || true; hack/node.sh down >/dev/null 2>&1 || true; hack/registry.sh down >/dev/null 2>&1 || true; hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up)"
 # Stamped as Kubernetes' own build stamps it: Kueue refuses an API server whose version does not
 # parse, and `kubectl version` reports an unstamped client or server as an error.
@@ -105,6 +105,12 @@ step "Kueue queues GPU Jobs on fakegpu's pools (hack/kueue.sh: Kueue's release, 
 hack/kueue.sh start
 cargo test --locked -p fakegpu-e2e --test kueue -- --ignored
 hack/kueue.sh stop
+
+step "Karpenter launches GPU nodes into a fakegpu pool and consolidates them (hack/karpenter.sh: its KWOK provider, its chart's RBAC)"
+hack/karpenter.sh start
+cargo test --locked -p fakegpu-e2e --test karpenter -- --ignored --exact \
+  karpenter_launches_gpu_nodes_that_fakegpu_equips_and_consolidates_them_when_empty
+hack/karpenter.sh stop
 
 step "node agent driven by the kubelet's own device manager code (hack/kubelet-harness)"
 cargo build --locked -p fakegpu-node-agent
