@@ -187,6 +187,18 @@ pub async fn kwok_scenario(
     Ok((client, pool, node, namespace, cleanup))
 }
 
+/// Creates `object` (JSON of another project's kind: Kueue's, Karpenter's) through `api`.
+pub async fn create_object(
+    api: &Api<kube::core::DynamicObject>,
+    object: serde_json::Value,
+) -> anyhow::Result<()> {
+    let object: kube::core::DynamicObject = serde_json::from_value(object)?;
+    api.create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating {}", object.name_any()))?;
+    Ok(())
+}
+
 /// Creates a namespace for one test.
 pub async fn create_namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
     let name = unique_name(prefix);

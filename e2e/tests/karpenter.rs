@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use fakegpu_api::names::{annotation, label};
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_namespace, create_pool, eventually, install_crds, topology_of,
-    unique_name,
+    Cleanup, admin_client, create_namespace, create_object, create_pool, eventually, install_crds,
+    topology_of, unique_name,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
@@ -50,14 +50,6 @@ fn node_classes(client: &Client) -> Api<DynamicObject> {
     api(client, "karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass")
 }
 
-async fn create(api: &Api<DynamicObject>, object: serde_json::Value) -> anyhow::Result<()> {
-    let object: DynamicObject = serde_json::from_value(object)?;
-    api.create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating {}", object.name_any()))?;
-    Ok(())
-}
-
 /// A KWOKNodeClass and a NodePool `id` launching `instance` nodes with `labels`, removing all
 /// that are empty as soon as they are.
 async fn node_pool(
@@ -66,13 +58,13 @@ async fn node_pool(
     instance: &str,
     labels: serde_json::Value,
 ) -> anyhow::Result<()> {
-    create(
+    create_object(
         &node_classes(client),
         json!({"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
             "metadata": {"name": id}}),
     )
     .await?;
-    create(
+    create_object(
         &node_pools(client),
         json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": id},
             "spec": {

@@ -13,7 +13,7 @@ use anyhow::{Context, ensure};
 use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, KWOK_RUN_FOR, admin_client, create_kwok_job, create_kwok_node, create_namespace,
-    create_pool, eventually, install_crds, topology_of, unique_name,
+    create_object, create_pool, eventually, install_crds, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     batch::v1::Job,
@@ -40,14 +40,6 @@ fn kueue_api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<Dynami
     }
 }
 
-async fn create(api: &Api<DynamicObject>, object: serde_json::Value) -> anyhow::Result<()> {
-    let object: DynamicObject = serde_json::from_value(object)?;
-    api.create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating {}", object.name_any()))?;
-    Ok(())
-}
-
 /// ClusterQueue `id` for namespace `namespace` with `nvidia.com/gpu` quota per flavor, in
 /// order, and `spec`'s fields (preemption) besides; LocalQueue `gpus` of the namespace feeding
 /// it. Waits until the ClusterQueue is active.
@@ -72,13 +64,13 @@ async fn queues(
         target.extend(fields.clone());
     }
     let cluster_queues = kueue_api(client, "ClusterQueue", None);
-    create(
+    create_object(
         &cluster_queues,
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
             "metadata": {"name": id}, "spec": queue_spec}),
     )
     .await?;
-    create(
+    create_object(
         &kueue_api(client, "LocalQueue", Some(namespace)),
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": "gpus", "namespace": namespace},
@@ -207,7 +199,7 @@ async fn queue_gpu_jobs(
     // first.
     let flavors = kueue_api(client, "ResourceFlavor", None);
     for (flavor, product, pool) in [("t4", &t4, t4_pool), ("l4", &l4, l4_pool)] {
-        create(
+        create_object(
             &flavors,
             json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                 "metadata": {"name": format!("{id}-{flavor}")},
@@ -223,7 +215,7 @@ async fn queue_gpu_jobs(
         json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
     )
     .await?;
-    create(
+    create_object(
         &kueue_api(client, "WorkloadPriorityClass", None),
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
             "metadata": {"name": format!("{id}-high")}, "value": 1000}),
@@ -377,7 +369,7 @@ async fn claimed_gpu_jobs(client: &Client, id: &str, namespace: &str) -> anyhow:
             "interfaces": {"devicePlugin": false, "dra": true}}),
     )
     .await?;
-    create(
+    create_object(
         &kueue_api(client, "ResourceFlavor", None),
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
             "metadata": {"name": id},
