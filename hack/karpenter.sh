@@ -29,8 +29,6 @@ proc_log_dir=$dir/logs
 module=$repo/hack/karpenter
 # Karpenter's go.mod asks for a newer Go than Debian's; the module proxy serves that toolchain.
 export GOTOOLCHAIN=go1.27.3
-version=$(go -C "$module" list -m -f '{{.Version}}' sigs.k8s.io/karpenter)
-bin=$repo/target/hack-bin/karpenter-kwok-$version
 state=$dir/karpenter
 namespace=karpenter
 account=karpenter
@@ -40,6 +38,15 @@ health_port=${FAKEGPU_KARPENTER_HEALTH_PORT:-18181}
 log() { printf '[karpenter] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 k() { "$kubectl" "$@"; }
+
+# The pinned release and its binary (asked of the go command, which fetches the toolchain on a
+# new machine: only where Karpenter is built or started, not on `stop`).
+version=
+bin=
+resolve() {
+  version=$(go -C "$module" list -m -f '{{.Version}}' sigs.k8s.io/karpenter)
+  bin=$repo/target/hack-bin/karpenter-kwok-$version
+}
 
 build() {
   [[ -x $bin ]] && return
@@ -104,6 +111,7 @@ install() {
 }
 
 start() {
+  resolve
   build
   install
   proc_running karpenter && proc_stop karpenter

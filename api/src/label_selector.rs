@@ -96,9 +96,13 @@ fn label_key(key: &str) -> Result<(), String> {
     }
 }
 
-/// A label value: empty, or a name as a label key's.
+/// Whether `value` can be a label's value: empty, or a name as a label key's.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty() || is_label_name(value)
+}
+
 fn label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || is_label_name(value) {
+    if is_label_value(value) {
         Ok(())
     } else {
         Err(format!(

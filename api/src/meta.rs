@@ -29,12 +29,12 @@ pub fn is_dns_subdomain(name: &str) -> bool {
 
 /// The `node-name` label of a per-node ConfigMap (topology document, kubelet report) for
 /// `node`, the reference's way to name the node; `None` where the name cannot be a label value
-/// (longer than 63 characters: Karpenter's KWOK nodes, some clouds' nodes), since the API server
-/// refuses such a ConfigMap. Readers take the node from the ConfigMap's name then
+/// (a node name can, but for its length: longer than 63 characters, as Karpenter's KWOK nodes'
+/// and some clouds' are), since the API server refuses such a ConfigMap. Readers take the node from the ConfigMap's name then
 /// ([`node_of_configmap`]); the reference's readers see no node, as the reference itself
 /// writes no such ConfigMap.
 pub fn node_name_label(node: &str) -> Option<(String, String)> {
-    (node.len() <= 63).then(|| {
+    crate::label_selector::is_label_value(node).then(|| {
         (
             crate::names::topology::NODE_NAME_LABEL.to_owned(),
             node.to_owned(),

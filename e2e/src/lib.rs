@@ -187,6 +187,20 @@ pub async fn kwok_scenario(
     Ok((client, pool, node, namespace, cleanup))
 }
 
+/// The API of another project's kind (Kueue's, Karpenter's), in `namespace` or cluster-wide.
+pub fn dynamic_api(
+    client: &Client,
+    (group, version, kind): (&str, &str, &str),
+    namespace: Option<&str>,
+) -> Api<kube::core::DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let resource = kube::core::ApiResource::from_gvk(&gvk);
+    match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
 /// Creates `object` (JSON of another project's kind: Kueue's, Karpenter's) through `api`.
 pub async fn create_object(
     api: &Api<kube::core::DynamicObject>,
@@ -345,7 +359,7 @@ pub async fn create_kwok_node(
     use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
     let mut all_labels = std::collections::BTreeMap::from([("type".to_owned(), "kwok".to_owned())]);
     // A hostname is at most 63 characters; a longer node name (Karpenter's) has no such label.
-    if name.len() <= 63 {
+    if fakegpu_api::label_selector::is_label_value(name) {
         all_labels.insert("kubernetes.io/hostname".to_owned(), name.to_owned());
     }
     all_labels.extend(

@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use fakegpu_api::names::{annotation, label};
 use fakegpu_e2e::{
-    Cleanup, admin_client, create_namespace, create_object, create_pool, eventually, install_crds,
-    topology_of, unique_name,
+    Cleanup, admin_client, create_namespace, create_object, create_pool, dynamic_api, eventually,
+    install_crds, topology_of, unique_name,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
-    core::{ApiResource, DynamicObject, GroupVersionKind},
+    core::DynamicObject,
 };
 use serde_json::json;
 
@@ -33,21 +33,26 @@ const CPU_INSTANCE: &str = "c-8x-amd64-linux";
 /// GPUs of [`GPU_INSTANCE`], which the pool's `gpu.count` matches.
 const GPUS_PER_NODE: usize = 8;
 
-fn api(client: &Client, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-    Api::all_with(client.clone(), &resource)
-}
-
 fn node_pools(client: &Client) -> Api<DynamicObject> {
-    api(client, "karpenter.sh", "v1", "NodePool")
-}
-
-fn node_claims(client: &Client) -> Api<DynamicObject> {
-    api(client, "karpenter.sh", "v1", "NodeClaim")
+    dynamic_api(client, ("karpenter.sh", "v1", "NodePool"), None)
 }
 
 fn node_classes(client: &Client) -> Api<DynamicObject> {
-    api(client, "karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass")
+    dynamic_api(
+        client,
+        ("karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass"),
+        None,
+    )
+}
+
+/// The NodeClaims of NodePool `id`: the nodes Karpenter launched for it.
+async fn node_claims_of(client: &Client, id: &str) -> anyhow::Result<Vec<DynamicObject>> {
+    let claims = dynamic_api(client, ("karpenter.sh", "v1", "NodeClaim"), None);
+    let selector = format!("karpenter.sh/nodepool={id}");
+    Ok(claims
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items)
 }
 
 /// A KWOKNodeClass and a NodePool `id` launching `instance` nodes with `labels`, removing all
@@ -94,17 +99,10 @@ async fn node_pool(
 async fn remove_node_pool(client: &Client, id: &str) -> anyhow::Result<()> {
     let params = DeleteParams::default();
     let _ = node_pools(client).delete(id, &params).await;
-    let claims = node_claims(client);
-    let selector = format!("karpenter.sh/nodepool={id}");
     eventually(
         &format!("NodePool {id}'s NodeClaims gone"),
         CONVERGE,
-        || async {
-            let left = claims
-                .list(&ListParams::default().labels(&selector))
-                .await?;
-            Ok(left.items.is_empty().then_some(()))
-        },
+        || async { Ok(node_claims_of(client, id).await?.is_empty().then_some(())) },
     )
     .await?;
     let _ = node_classes(client).delete(id, &params).await;
@@ -191,16 +189,11 @@ async fn launch_equip_consolidate(
 
     // One node of eight GPUs for eight, counted initialized: registered, Ready, and every
     // resource of its instance type (`nvidia.com/gpu`) in its allocatable.
-    let claims = node_claims(client);
-    let selector = format!("karpenter.sh/nodepool={id}");
     eventually(
         &format!("NodePool {id}'s NodeClaim Initialized"),
         CONVERGE,
         || async {
-            let launched = claims
-                .list(&ListParams::default().labels(&selector))
-                .await?
-                .items;
+            let launched = node_claims_of(client, id).await?;
             ensure!(
                 launched.len() <= 1,
                 "Karpenter launched {} nodes for 8 GPUs of 8-GPU instances, not 1",

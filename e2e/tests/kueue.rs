@@ -13,7 +13,7 @@ use anyhow::{Context, ensure};
 use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, KWOK_RUN_FOR, admin_client, create_kwok_job, create_kwok_node, create_namespace,
-    create_object, create_pool, eventually, install_crds, topology_of, unique_name,
+    create_object, create_pool, dynamic_api, eventually, install_crds, topology_of, unique_name,
 };
 use k8s_openapi::api::{
     batch::v1::Job,
@@ -22,7 +22,7 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
-    core::{ApiResource, DynamicObject, GroupVersionKind},
+    core::DynamicObject,
 };
 use serde_json::json;
 
@@ -33,11 +33,7 @@ const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
 const PRIORITY_CLASS: &str = "kueue.x-k8s.io/priority-class";
 
 fn kueue_api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind));
-    match namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
+    dynamic_api(client, ("kueue.x-k8s.io", "v1beta2", kind), namespace)
 }
 
 /// ClusterQueue `id` for namespace `namespace` with `nvidia.com/gpu` quota per flavor, in
