@@ -6,6 +6,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::meta::{is_dns_subdomain, is_label_name, is_label_value};
+
 /// What is wrong with a selector: the field under the selector (`matchExpressions[0].values`)
 /// and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -80,7 +82,7 @@ fn label_key(key: &str) -> Result<(), String> {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    let problem = if let Some(prefix) = prefix.filter(|p| !crate::meta::is_dns_subdomain(p)) {
+    let problem = if let Some(prefix) = prefix.filter(|p| !is_dns_subdomain(p)) {
         Some(format!(
             "its prefix {prefix:?} is no DNS subdomain (lowercase letters, digits, '-' and '.', \
              at most 253)"
@@ -96,11 +98,6 @@ fn label_key(key: &str) -> Result<(), String> {
     }
 }
 
-/// Whether `value` can be a label's value: empty, or a name as a label key's.
-pub fn is_label_value(value: &str) -> bool {
-    value.is_empty() || is_label_name(value)
-}
-
 fn label_value(value: &str) -> Result<(), String> {
     if is_label_value(value) {
         Ok(())
@@ -109,18 +106,6 @@ fn label_value(value: &str) -> Result<(), String> {
             "{value:?} is no label value: empty, or {NAME_RULE}"
         ))
     }
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
-fn is_label_name(name: &str) -> bool {
-    let alphanumeric = |c: char| c.is_ascii_alphanumeric();
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| alphanumeric(c) || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(alphanumeric)
-        && name.ends_with(alphanumeric)
 }
 
 #[cfg(test)]

@@ -27,6 +27,24 @@ pub fn is_dns_subdomain(name: &str) -> bool {
         && name.ends_with(alphanumeric)
 }
 
+/// Whether `name` is a label's name (a key without its prefix):
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+pub fn is_label_name(name: &str) -> bool {
+    let alphanumeric = |c: char| c.is_ascii_alphanumeric();
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| alphanumeric(c) || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric)
+}
+
+/// Whether `value` can be a label's value: empty, or a label's name.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty() || is_label_name(value)
+}
+
 /// The `node-name` label of a per-node ConfigMap (topology document, kubelet report) for
 /// `node`, the reference's way to name the node; `None` where the name cannot be a label value
 /// (a node name can, but for its length: longer than 63 characters, as Karpenter's KWOK nodes'
@@ -34,7 +52,7 @@ pub fn is_dns_subdomain(name: &str) -> bool {
 /// ([`node_of_configmap`]); the reference's readers see no node, as the reference itself
 /// writes no such ConfigMap.
 pub fn node_name_label(node: &str) -> Option<(String, String)> {
-    crate::label_selector::is_label_value(node).then(|| {
+    is_label_value(node).then(|| {
         (
             crate::names::topology::NODE_NAME_LABEL.to_owned(),
             node.to_owned(),

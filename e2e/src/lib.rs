@@ -359,7 +359,7 @@ pub async fn create_kwok_node(
     use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
     let mut all_labels = std::collections::BTreeMap::from([("type".to_owned(), "kwok".to_owned())]);
     // A hostname is at most 63 characters; a longer node name (Karpenter's) has no such label.
-    if fakegpu_api::label_selector::is_label_value(name) {
+    if fakegpu_api::meta::is_label_value(name) {
         all_labels.insert("kubernetes.io/hostname".to_owned(), name.to_owned());
     }
     all_labels.extend(
