@@ -80,7 +80,7 @@ curl -s "http://$exporter_addr/metrics" | grep '^DCGM_FI_DEV_GPU_UTIL' | grep -v
 
 # What `nvidia-smi` prints inside gpu-pod: the device plugin would inject these variables; KWOK
 # runs no container, so the demo runs the fake nvidia-smi on the host with them.
-cargo build --quiet -p fakegpu-node-agent --bin nvidia-smi
+cargo build --quiet -p fakegpu-smi
 gpu_pod_node=$($kubectl get pod -n demo gpu-pod -o jsonpath='{.spec.nodeName}')
 gpu_pod_gpu=$(curl -s "http://$exporter_addr/metrics" | grep '^DCGM_FI_DEV_GPU_UTIL' | grep 'pod="gpu-pod"' \
   | sed -n 's/.*UUID="\([^"]*\)".*/\1/p' | head -n 1)

@@ -58,7 +58,7 @@ build() {
   # Paths of this machine stay out of the binaries, so another checkout builds the same bytes.
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
     cargo build --locked --release --target "$target" \
-    -p fakegpu-operator -p fakegpu-exporter -p fakegpu-node-agent >&2
+    -p fakegpu-operator -p fakegpu-exporter -p fakegpu-node-agent -p fakegpu-smi >&2
   local zig needed
   zig=$(zigbuild_env "$repo")
   RUSTFLAGS="--remap-path-prefix=$repo=/fakegpu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \

@@ -106,7 +106,7 @@ log "SBOMs (CycloneDX 1.5)"
 sboms "$target" operator/fakegpu-operator_bin.cdx.json:fakegpu-operator \
   exporter/fakegpu-exporter_bin.cdx.json:fakegpu-exporter \
   node-agent/fakegpu-node-agent_bin.cdx.json:fakegpu-node-agent \
-  node-agent/nvidia-smi_bin.cdx.json:nvidia-smi
+  smi/nvidia-smi_bin.cdx.json:nvidia-smi
 # The NVML and CUDA libraries are built for glibc (hack/lib/zigbuild.sh).
 sboms x86_64-unknown-linux-gnu nvml/nvidia_ml_cdylib-rlib.cdx.json:libnvidia-ml \
   cuda/cuda_cdylib-rlib.cdx.json:libcuda

@@ -45,7 +45,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "unit tests"
 cargo test --locked
 
-step "layers: no file imports a file that imports it (e2e/tests/layers.rs, no cluster)"
+step "layers: no file imports a file that imports it; GPU containers load nothing built from kube (e2e/tests/layers.rs, no cluster)"
 cargo test --locked -p fakegpu-e2e --test layers
 
 step "NVML library through NVIDIA's go-nvml and go-nvlib (hack/nvml-check)"
@@ -59,7 +59,7 @@ FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so hack/nvml-python.sh
 
 step "NVIDIA's own nvidia-smi (535, 550) against the library prints what fakegpu's prints"
 FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_NVML_LIBRARY=$repo/target/debug/libnvidia_ml.so \
-  cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored --exact \
+  cargo test --locked -p fakegpu-smi --test real_nvidia_smi -- --ignored --exact \
   nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints
 
 step "local control plane for e2e"
@@ -96,7 +96,7 @@ hack/operator.sh start
 
 step "e2e tests (KUBECONFIG=$KUBECONFIG)"
 # The exporter e2e runs the binary itself; the kstatus e2e computes health with cli-utils.
-cargo build --locked -p fakegpu-exporter -p fakegpu-node-agent
+cargo build --locked -p fakegpu-exporter -p fakegpu-node-agent -p fakegpu-smi
 go -C hack/kstatus build -o "$repo/target/hack-bin/kstatus" .
 # --nocapture: the idempotence test prints the measured writes per node.
 cargo test --locked -p fakegpu-e2e -- --nocapture
@@ -143,7 +143,7 @@ done
 # fakegpu's prints.
 FAKEGPU_REAL_NVIDIA_SMI=$(hack/nvidia-smi.sh) FAKEGPU_GLIBC_ROOT=$(hack/glibc-root.sh) \
   FAKEGPU_NVML_LIBRARY=$(nvml_library_in "$repo") \
-  cargo test --locked -p fakegpu-node-agent --test real_nvidia_smi -- --ignored --exact \
+  cargo test --locked -p fakegpu-smi --test real_nvidia_smi -- --ignored --exact \
   under_an_older_glibc_nvidia_s_nvidia_smi_prints_what_fakegpu_s_prints
 # Another reader of the format than containerd (which the real node imports with): skopeo, as
 # a user pushing to a registry runs it, must see each archive as the bundle names it.

@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
-use crate::{
+use fakegpu_model::{
     names::resource::{GPU_DRIVER, XID_TAINT},
     topology::{GpuTopology, MigDevice, NodeTopology},
 };
@@ -308,7 +308,7 @@ pub fn gpu_slice(
 /// `channel-0` (the plugin knows 2048 but leaves the others out of its slice), attributes
 /// `type` = `channel` and `id` = 0.
 pub fn channel_slice_spec(node: &str) -> ResourceSliceSpec {
-    use crate::names::compute_domain::{DRIVER, ID_ATTRIBUTE, TYPE_CHANNEL};
+    use fakegpu_model::names::compute_domain::{DRIVER, ID_ATTRIBUTE, TYPE_CHANNEL};
     let attributes = BTreeMap::from([
         (attribute::TYPE.to_owned(), string(TYPE_CHANNEL)),
         (
@@ -418,7 +418,7 @@ pub fn slice_current<K: KnownSlice>(current: &K, desired: &ResourceSlice) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{GpuTopology, NodeTopology};
+    use fakegpu_model::topology::{GpuTopology, NodeTopology};
 
     fn topology() -> NodeTopology {
         NodeTopology {
@@ -447,7 +447,7 @@ mod tests {
     fn a_gpu_reporting_an_xid_is_tainted_as_nvidia_s_driver_taints_it() {
         let mut topology = topology();
         topology.gpus[0].faults.xid = Some(13);
-        topology.gpus[1].health = crate::topology::Health::Unhealthy;
+        topology.gpus[1].health = fakegpu_model::topology::Health::Unhealthy;
         let devices = gpu_devices(&topology);
         let taint = |device: &Device| {
             let taints = device.taints.as_ref().expect("tainted");
@@ -571,7 +571,7 @@ mod tests {
             compute_slices: 1,
             memory: 9856,
             multiprocessors: 14,
-            engines: crate::profiles::MigEngines {
+            engines: fakegpu_model::profiles::MigEngines {
                 copy: 1,
                 decoder: 1,
                 encoder: 0,

@@ -1,22 +1,11 @@
-//! Faults injected into simulated GPUs, declared on a pool (`spec.faults`) or on a node
-//! (annotation [`crate::names::annotation::GPU_FAULTS`], the same list as JSON), and shown where
-//! a real fault shows: dcgm-exporter's XID and ECC series, nvidia-smi, NVML's XID events, the
-//! device plugin's health (and so the node's allocatable), a node condition and an Event.
-//! Clearing the declaration clears all of them.
+//! Faults declared on a pool (`spec.faults`) or on a node (annotation
+//! [`fakegpu_model::names::annotation::GPU_FAULTS`], the same list as JSON), and what they put
+//! on each GPU ([`GpuFaults`], as the topology document records it).
 
+use fakegpu_model::faults::GpuFaults;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use validator::Validate;
-
-/// XID 79, "GPU has fallen off the bus": what a GPU marked unhealthy without an XID of its own
-/// reports.
-pub const XID_FALLEN_OFF_THE_BUS: u32 = 79;
-/// XID 48, a double-bit ECC error: what an uncorrectable ECC error without an XID reports.
-pub const XID_DOUBLE_BIT_ECC: u32 = 48;
-
-/// XIDs that an application causes and the GPU survives; NVIDIA's device plugin leaves GPUs
-/// that raise them healthy (its default skip list).
-pub const APPLICATION_XIDS: [u32; 6] = [13, 31, 43, 45, 68, 109];
 
 /// A fault on some GPUs of each node it applies to.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Validate)]
@@ -58,97 +47,21 @@ impl GpuFault {
     }
 }
 
-/// The faults one GPU has, as its topology document records them; empty when healthy.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuFaults {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub xid: Option<u32>,
-    /// How often the XID recurs, per minute; 0: once.
-    #[serde(default, skip_serializing_if = "is_zero_rate")]
-    pub xid_per_minute: u32,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub ecc_correctable: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub ecc_uncorrectable: u64,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub thermal_throttling: bool,
-}
-
-fn is_zero(count: &u64) -> bool {
-    *count == 0
-}
-
-fn is_zero_rate(rate: &u32) -> bool {
-    *rate == 0
-}
-
-impl GpuFaults {
-    /// What `declared` (in order: a later declaration's values win) puts on GPU `gpu`.
-    pub fn of<'a>(gpu: u32, declared: impl IntoIterator<Item = &'a GpuFault>) -> Self {
-        declared
-            .into_iter()
-            .filter(|fault| fault.applies_to(gpu))
-            .fold(Self::default(), |mut faults, fault| {
-                if let Some(xid) = fault.xid {
-                    faults.xid = Some(xid);
-                    faults.xid_per_minute = fault.xid_per_minute.unwrap_or(0);
-                }
-                faults.ecc_correctable = fault.ecc_correctable.unwrap_or(faults.ecc_correctable);
-                faults.ecc_uncorrectable =
-                    fault.ecc_uncorrectable.unwrap_or(faults.ecc_uncorrectable);
-                faults.thermal_throttling |= fault.thermal_throttling;
-                faults
-            })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// Whether the GPU is out of service: an XID other than an application's, or an
-    /// uncorrectable ECC error.
-    pub fn out_of_service(&self) -> bool {
-        self.xid.is_some_and(|xid| !APPLICATION_XIDS.contains(&xid)) || self.ecc_uncorrectable > 0
-    }
-
-    /// The XID the GPU reports (NVML's events, `DCGM_FI_DEV_XID_ERRORS`, NVIDIA's DRA taint):
-    /// the injected one, else 48 for an uncorrectable ECC error, else 79 when the GPU is
-    /// unhealthy (`healthy` false) for no injected reason.
-    pub fn reported_xid(&self, healthy: bool) -> Option<u32> {
-        self.xid
-            .or((self.ecc_uncorrectable > 0).then_some(XID_DOUBLE_BIT_ECC))
-            .or((!healthy).then_some(XID_FALLEN_OFF_THE_BUS))
-    }
-
-    /// How long until an injected XID recurs; `None` when it is raised once.
-    pub fn xid_period(&self) -> Option<std::time::Duration> {
-        (self.xid.is_some() && self.xid_per_minute > 0)
-            .then(|| std::time::Duration::from_secs(60) / self.xid_per_minute)
-    }
-
-    /// A short account, for conditions and Events: `XID 48, 2 uncorrectable ECC errors`.
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        match (self.xid, self.xid_per_minute) {
-            (Some(xid), 0) => parts.push(format!("XID {xid}")),
-            (Some(xid), rate) => parts.push(format!("XID {xid} ({rate} a minute)")),
-            (None, _) => {}
-        }
-        if self.ecc_uncorrectable > 0 {
-            parts.push(format!(
-                "{} uncorrectable ECC errors",
-                self.ecc_uncorrectable
-            ));
-        }
-        if self.ecc_correctable > 0 {
-            parts.push(format!("{} correctable ECC errors", self.ecc_correctable));
-        }
-        if self.thermal_throttling {
-            parts.push("thermal throttling".to_owned());
-        }
-        parts.join(", ")
-    }
+/// What `declared` (in order: a later declaration's values win) puts on GPU `gpu`.
+pub fn on_gpu<'a>(gpu: u32, declared: impl IntoIterator<Item = &'a GpuFault>) -> GpuFaults {
+    declared
+        .into_iter()
+        .filter(|fault| fault.applies_to(gpu))
+        .fold(GpuFaults::default(), |mut faults, fault| {
+            if let Some(xid) = fault.xid {
+                faults.xid = Some(xid);
+                faults.xid_per_minute = fault.xid_per_minute.unwrap_or(0);
+            }
+            faults.ecc_correctable = fault.ecc_correctable.unwrap_or(faults.ecc_correctable);
+            faults.ecc_uncorrectable = fault.ecc_uncorrectable.unwrap_or(faults.ecc_uncorrectable);
+            faults.thermal_throttling |= fault.thermal_throttling;
+            faults
+        })
 }
 
 /// The fields a [`GpuFault`] has, as JSON spells them.
@@ -201,24 +114,24 @@ mod tests {
                 {"gpus": [2], "thermalThrottling": true, "eccCorrectable": 7}]"#,
         )
         .expect("valid");
-        let zero = GpuFaults::of(0, &declared);
+        let zero = on_gpu(0, &declared);
         assert_eq!(zero.xid, Some(13));
         assert!(!zero.out_of_service(), "13 is an application's XID");
-        let one = GpuFaults::of(1, &declared);
+        let one = on_gpu(1, &declared);
         assert_eq!(one.xid_period(), None);
         assert_eq!((one.xid, one.ecc_uncorrectable), (Some(48), 2));
         assert!(one.out_of_service());
         assert_eq!(one.describe(), "XID 48, 2 uncorrectable ECC errors");
-        let two = GpuFaults::of(2, &declared);
+        let two = on_gpu(2, &declared);
         assert!(two.thermal_throttling && !two.out_of_service());
-        assert!(GpuFaults::of(3, &[]).is_empty());
+        assert!(on_gpu(3, &[]).is_empty());
         assert_eq!(zero.reported_xid(true), Some(13));
         let hot = GpuFaults {
             thermal_throttling: true,
             ..GpuFaults::default()
         };
         assert_eq!(hot.reported_xid(true), None);
-        assert_eq!(GpuFaults::of(3, &[]).reported_xid(false), Some(79));
+        assert_eq!(on_gpu(3, &[]).reported_xid(false), Some(79));
         let ecc = GpuFaults {
             ecc_uncorrectable: 1,
             ..GpuFaults::default()
@@ -246,11 +159,11 @@ mod tests {
         let declared =
             parse_annotation(r#"[{"xid": 79, "xidPerMinute": 6}, {"gpus": [1], "xid": 13}]"#)
                 .expect("valid");
-        let zero = GpuFaults::of(0, &declared);
+        let zero = on_gpu(0, &declared);
         assert_eq!(zero.xid_period(), Some(std::time::Duration::from_secs(10)));
         assert_eq!(zero.describe(), "XID 79 (6 a minute)");
         // A later XID without a rate is raised once.
-        assert_eq!(GpuFaults::of(1, &declared).xid_period(), None);
+        assert_eq!(on_gpu(1, &declared).xid_period(), None);
         assert!(parse_annotation(r#"[{"xid": 79, "xidPerMinute": 0}]"#).is_err());
     }
 }

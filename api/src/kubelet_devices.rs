@@ -1,6 +1,6 @@
 //! The devices the kubelet of a real node gave each container, as the node agent reads them
 //! from the kubelet's PodResources API and reports them (ConfigMap
-//! [`crate::names::kubelet_devices`]).
+//! [`fakegpu_model::names::kubelet_devices`]).
 //!
 //! On a real node the scheduler only counts `nvidia.com/gpu`; the kubelet picks which GPUs a
 //! container gets (from the device plugin's preference) and the container sees those. The
@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::{Deserialize, Serialize};
 
-use crate::names::kubelet_devices::{CONFIGMAP_PREFIX, DATA_KEY};
+use fakegpu_model::names::kubelet_devices::{CONFIGMAP_PREFIX, DATA_KEY};
 
 /// Every container of a node holding fakegpu devices, sorted (an unchanged report is an
 /// unchanged ConfigMap).

@@ -54,7 +54,7 @@ pub fn is_label_value(value: &str) -> bool {
 pub fn node_name_label(node: &str) -> Option<(String, String)> {
     is_label_value(node).then(|| {
         (
-            crate::names::topology::NODE_NAME_LABEL.to_owned(),
+            fakegpu_model::names::topology::NODE_NAME_LABEL.to_owned(),
             node.to_owned(),
         )
     })
@@ -67,7 +67,7 @@ pub fn node_of_configmap<'a>(configmap: &'a impl Resource, prefix: &str) -> Opti
         .meta()
         .labels
         .as_ref()
-        .and_then(|labels| labels.get(crate::names::topology::NODE_NAME_LABEL))
+        .and_then(|labels| labels.get(fakegpu_model::names::topology::NODE_NAME_LABEL))
     {
         Some(node) => Some(node),
         None => configmap

@@ -14,7 +14,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use fakegpu_api::{document_source, topology::NodeTopology};
+use fakegpu_model::{document_source, topology::NodeTopology};
 
 /// `CUresult`.
 pub type CuResult = c_uint;
@@ -61,7 +61,7 @@ const RESULTS: [(CuResult, &CStr, &CStr); 6] = [
 ];
 
 /// The node's document, as NVML in this process reads it (see
-/// [`fakegpu_api::document_source`]).
+/// [`fakegpu_model::document_source`]).
 fn document() -> Option<NodeTopology> {
     let located = document_source::locate(cuDriverGetVersion as *const () as usize)?;
     let text = document_source::read(&located).ok()?;
@@ -247,7 +247,7 @@ mod tests {
         };
         std::fs::write(&path, document.to_yaml()?)?;
         // SAFETY: the only test of this crate that reads the environment.
-        unsafe { std::env::set_var(fakegpu_api::names::nvml::TOPOLOGY_ENV, &path) };
+        unsafe { std::env::set_var(fakegpu_model::names::nvml::TOPOLOGY_ENV, &path) };
         let mut version = 0;
         assert_eq!(unsafe { cuDriverGetVersion(&mut version) }, CUDA_SUCCESS);
         assert_eq!(version, 12040);

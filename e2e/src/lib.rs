@@ -176,7 +176,7 @@ pub async fn kwok_scenario(
     create_kwok_node(
         &client,
         &node,
-        &[(fakegpu_api::names::label::NODE_POOL, &pool)],
+        &[(fakegpu_model::names::label::NODE_POOL, &pool)],
     )
     .await?;
     let namespace = create_namespace(&client, prefix).await?;
@@ -467,7 +467,7 @@ pub fn hack(script: &str, args: &[&str]) -> anyhow::Result<()> {
 /// the node agent's for a node with a kubelet) that carry NVIDIA's XID taint: (device, "value
 /// effect").
 pub async fn xid_taints(client: &Client, node: &str) -> anyhow::Result<Vec<(String, String)>> {
-    use fakegpu_api::names::resource::{GPU_DRIVER, XID_TAINT};
+    use fakegpu_model::names::resource::{GPU_DRIVER, XID_TAINT};
     let slices: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(client.clone());
     Ok(slices
         .list(&Default::default())
@@ -498,18 +498,18 @@ pub async fn topology_of(
 ) -> anyhow::Result<
     Option<(
         k8s_openapi::api::core::v1::ConfigMap,
-        fakegpu_api::topology::NodeTopology,
+        fakegpu_model::topology::NodeTopology,
     )>,
 > {
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let Some(cm) = configmaps
-        .get_opt(&fakegpu_api::topology::NodeTopology::configmap_name(node))
+        .get_opt(&fakegpu_model::topology::NodeTopology::configmap_name(node))
         .await?
     else {
         return Ok(None);
     };
-    let document = fakegpu_api::topology::NodeTopology::from_configmap(&cm)?;
+    let document = fakegpu_model::topology::NodeTopology::from_configmap_data(cm.data.as_ref())?;
     Ok(Some((cm, document)))
 }
 
@@ -534,7 +534,7 @@ pub async fn gpu_holders(
 
 /// Puts `node` into `pool` by the pool label (or, with `None`, into none).
 pub async fn set_node_pool(client: &Client, node: &str, pool: Option<&str>) -> anyhow::Result<()> {
-    label_node(client, node, fakegpu_api::names::label::NODE_POOL, pool).await
+    label_node(client, node, fakegpu_model::names::label::NODE_POOL, pool).await
 }
 
 /// Sets label `key` of `node` to `value`, or removes it with `None`, as a user's `kubectl
@@ -587,7 +587,7 @@ pub async fn labelled_for(
     eventually(&format!("{node} labelled for {pool}"), timeout, || async {
         let labels = nodes.get(node).await?.metadata.labels.unwrap_or_default();
         Ok((labels
-            .get(fakegpu_api::names::fakegpu::POOL_LABEL)
+            .get(fakegpu_model::names::fakegpu::POOL_LABEL)
             .map(String::as_str)
             == Some(pool))
         .then_some(()))

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use fakegpu_api::names::annotation;
 use fakegpu_e2e::{
     OPERATOR_NAMESPACE, create_kwok_pod, create_pool, eventually, gpu_holders, kwok_scenario,
     running_pod, set_node_pool,
 };
+use fakegpu_model::names::annotation;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::{
     Api, Client,

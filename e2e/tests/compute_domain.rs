@@ -6,14 +6,12 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{
-    compute_domain::{ComputeDomain, DomainState},
-    names::{compute_domain as names, label},
-};
+use fakegpu_api::compute_domain::{ComputeDomain, DomainState};
 use fakegpu_e2e::{
     Cleanup, admin_client, api_error, create_kwok_node, create_namespace, create_pool, eventually,
     install_crds, repo_root, running_pod, unique_name,
 };
+use fakegpu_model::names::{compute_domain as names, label};
 use k8s_openapi::api::{
     core::v1::Pod,
     resource::v1::{ResourceClaimTemplate, ResourceSlice},

@@ -9,11 +9,11 @@ use std::{
 };
 
 use anyhow::Context;
-use fakegpu_api::names::{annotation, condition, container_env, dcgm, label, metric, resource};
 use fakegpu_e2e::{
     annotate_node, create_pool, eventually, http_get, kwok_scenario, repo_root, running_pod,
     unique_name, warning_event, xid_taints,
 };
+use fakegpu_model::names::{annotation, condition, container_env, dcgm, label, metric, resource};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api,
@@ -69,7 +69,7 @@ fn nvidia_smi(exporter: &str, node: &str, gpu: &str, args: &[&str]) -> anyhow::R
         .env(container_env::EXPORTER_URL, format!("http://{exporter}"))
         .env(container_env::VISIBLE_DEVICES, gpu)
         .output()
-        .context("running target/debug/nvidia-smi (cargo build -p fakegpu-node-agent)")?;
+        .context("running target/debug/nvidia-smi (cargo build -p fakegpu-smi)")?;
     anyhow::ensure!(output.status.success(), "nvidia-smi {args:?}: {output:?}");
     Ok(String::from_utf8(output.stdout)?)
 }

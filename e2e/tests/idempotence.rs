@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use fakegpu_api::{GpuNodePool, names::label};
+use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
     admin_client, create_kwok_node, create_kwok_pod, create_namespace, create_pool, eventually,
     hack, install_crds, operator_writes, running_pod, topology_of, unique_name,
 };
+use fakegpu_model::names::label;
 use k8s_openapi::api::{
     core::v1::{Namespace, Node},
     resource::v1::ResourceClaimTemplate,

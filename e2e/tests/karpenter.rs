@@ -11,11 +11,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use fakegpu_api::names::{annotation, label};
 use fakegpu_e2e::{
     Cleanup, admin_client, create_namespace, create_object, create_pool, dynamic_api, eventually,
     install_crds, topology_of, unique_name,
 };
+use fakegpu_model::names::{annotation, label};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client, ResourceExt,

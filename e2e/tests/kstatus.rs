@@ -7,11 +7,11 @@
 use std::{process::Stdio, time::Duration};
 
 use anyhow::{Context, ensure};
-use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually, hack,
     install_crds, kubectl, repo_root, unique_name,
 };
+use fakegpu_model::names::label;
 use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(60);

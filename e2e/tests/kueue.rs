@@ -10,11 +10,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, KWOK_RUN_FOR, admin_client, create_kwok_job, create_kwok_node, create_namespace,
     create_object, create_pool, dynamic_api, eventually, install_crds, topology_of, unique_name,
 };
+use fakegpu_model::names::label;
 use k8s_openapi::api::{
     batch::v1::Job,
     core::v1::{Node, Pod},

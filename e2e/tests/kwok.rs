@@ -5,15 +5,15 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{
-    GpuNodePool,
-    names::{annotation, label, pod_group},
-    topology::NodeTopology,
-};
+use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
     Cleanup, KWOK_RUN_FOR, admin_client, create_kwok_job, create_kwok_node, create_kwok_pod,
     create_kwok_pod_with, create_namespace, create_pool, eventually, install_crds, kwok_scenario,
     label_node, running_pod, set_node_pool, topology_of, unique_name,
+};
+use fakegpu_model::{
+    names::{annotation, label, pod_group},
+    topology::NodeTopology,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_pool, eventually, hack, http_get, install_crds,
     labelled_for, metric_value, operator_address, unique_name,
 };
+use fakegpu_model::names::label;
 use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(45);

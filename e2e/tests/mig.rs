@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
-use fakegpu_api::{GpuNodePool, names::annotation::RUNAI_MIG_CONFIG};
+use fakegpu_api::GpuNodePool;
 use fakegpu_e2e::{
     Cleanup, admin_client, annotate_node, create_kwok_pod, create_pool, eventually, install_crds,
     kwok_scenario, running_pod, topology_of, unique_name, warning_event,
 };
+use fakegpu_model::names::annotation::RUNAI_MIG_CONFIG;
 use k8s_openapi::api::{
     core::v1::Node,
     resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice},

@@ -5,16 +5,15 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{
-    GpuNodePool,
-    names::{annotation, label, resource, topology as topology_names},
-    nrt::NodeResourceTopology,
-    topology::gpu_uuid,
-};
+use fakegpu_api::{GpuNodePool, nrt::NodeResourceTopology};
 use fakegpu_e2e::{
     Cleanup, OPERATOR_NAMESPACE, admin_client, annotate_node, create_kwok_node, create_pool,
     eventually, http_get, install_crds, operator_address, set_node_pool, topology_of, unique_name,
     warning_event, warning_event_in,
+};
+use fakegpu_model::{
+    names::{annotation, label, resource, topology as topology_names},
+    topology::gpu_uuid,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::{
@@ -824,7 +823,7 @@ async fn unhealthy_gpu_annotation_reaches_the_topology_document() -> anyhow::Res
         )
         .await?;
         ready_pool(&client, &pool, 1).await?;
-        let health_of = |document: &fakegpu_api::topology::NodeTopology| {
+        let health_of = |document: &fakegpu_model::topology::NodeTopology| {
             document
                 .gpus
                 .iter()

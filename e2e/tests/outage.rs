@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use fakegpu_api::names::label;
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_pool, eventually, http_get, install_crds,
     labelled_for, operator_address, signal_process, unique_name,
 };
+use fakegpu_model::names::label;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use serde_json::json;

@@ -14,12 +14,14 @@ use fakegpu_api::{
     GpuNodePool,
     compute_domain::{ComputeDomain, DomainState},
     dra::attribute,
-    names::{annotation, container_env, label, resource},
-    topology::NodeTopology,
 };
 use fakegpu_e2e::{
     Cleanup, admin_client, create_kwok_node, create_namespace, create_pool, eventually,
     install_crds, kubectl, label_node, set_node_pool, topology_of, unique_name,
+};
+use fakegpu_model::{
+    names::{annotation, container_env, label, resource},
+    topology::NodeTopology,
 };
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -1673,11 +1675,11 @@ fn host_nvidia_smi(args: &[&str]) -> anyhow::Result<String> {
     let binary = std::path::Path::new(&folder).join("550.163.01/nvidia-smi");
     let output = std::process::Command::new(&binary)
         .args(args)
-        .env("LD_LIBRARY_PATH", fakegpu_api::names::nvml::CONTAINER_DIR)
+        .env("LD_LIBRARY_PATH", fakegpu_model::names::nvml::CONTAINER_DIR)
         .env_remove(container_env::HOSTNAME)
         .env_remove(container_env::POD_UUID)
         .env_remove(container_env::VISIBLE_DEVICES)
-        .env_remove(fakegpu_api::names::nvml::TOPOLOGY_ENV)
+        .env_remove(fakegpu_model::names::nvml::TOPOLOGY_ENV)
         .output()
         .with_context(|| format!("running {}", binary.display()))?;
     ensure!(
@@ -1824,7 +1826,7 @@ async fn claim_configurations(client: &Client, pool: &str, namespace: &str) -> a
 async fn exporter_service(client: &Client) -> anyhow::Result<String> {
     use k8s_openapi::api::core::v1::Service;
     let service = Api::<Service>::namespaced(client.clone(), fakegpu_e2e::OPERATOR_NAMESPACE)
-        .get(fakegpu_api::names::exporter::SERVICE)
+        .get(fakegpu_model::names::exporter::SERVICE)
         .await?;
     let spec = service.spec.context("the exporter's Service has no spec")?;
     let ip = spec
@@ -2181,7 +2183,7 @@ async fn nvidia_s_own_components_run_against_a_mock_pool_s_driver_root() -> anyh
     )
     .await?;
     // The node left the pool (and its agent is gone): nothing of the root is left.
-    let root = fakegpu_api::names::nvml::DRIVER_ROOT;
+    let root = fakegpu_model::names::nvml::DRIVER_ROOT;
     let left: Vec<_> = std::fs::read_dir(root)
         .map(|entries| entries.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -2196,7 +2198,7 @@ async fn driver_root_document(
     node: &str,
     pool: &str,
 ) -> anyhow::Result<NodeTopology> {
-    use fakegpu_api::names::nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR};
+    use fakegpu_model::names::nvml::{DOCUMENT_BESIDE_LIBRARY, DRIVER_ROOT, LIBRARY_DIR};
     let document = pool_document(client, node, pool).await?;
     let beside = std::path::Path::new(DRIVER_ROOT)
         .join(LIBRARY_DIR)
@@ -2220,7 +2222,7 @@ async fn driver_root_document(
 fn device_nodes_in_root(root: &std::path::Path, document: &NodeTopology) -> anyhow::Result<()> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-    use fakegpu_api::names::nvml::{CONTROL_DEVICES, DEVICE_NODES};
+    use fakegpu_model::names::nvml::{CONTROL_DEVICES, DEVICE_NODES};
     let null = std::fs::metadata("/dev/null")?.rdev();
     let names = CONTROL_DEVICES
         .map(str::to_owned)
@@ -2292,7 +2294,7 @@ fn toolkit_cdi_spec(root: &std::path::Path, document: &NodeTopology) -> anyhow::
     for mounted in [
         format!("libnvidia-ml.so.{}", document.driver_version),
         format!("libcuda.so.{}", document.driver_version),
-        fakegpu_api::names::nvml::DOCUMENT_SOCKET.to_owned(),
+        fakegpu_model::names::nvml::DOCUMENT_SOCKET.to_owned(),
     ] {
         ensure!(
             common["mounts"]
@@ -2370,7 +2372,7 @@ async fn mock_mig(client: &Client, pool: &str, _namespace: &str) -> anyhow::Resu
         "the document's layout: {:?}",
         document.gpus[0].mig_devices
     );
-    let root = std::path::Path::new(fakegpu_api::names::nvml::DRIVER_ROOT);
+    let root = std::path::Path::new(fakegpu_model::names::nvml::DRIVER_ROOT);
     let gfd = gpu_feature_discovery(root, &["--mig-strategy=mixed"])?;
     for (key, value) in [
         ("nvidia.com/mig.strategy", "mixed"),
@@ -2410,7 +2412,7 @@ fn gpu_feature_discovery(
     root: &std::path::Path,
     args: &[&str],
 ) -> anyhow::Result<BTreeMap<String, String>> {
-    use fakegpu_api::names::nvml::{LIBRARY_DIR, PCI_DEVICES};
+    use fakegpu_model::names::nvml::{LIBRARY_DIR, PCI_DEVICES};
     let scratch = std::env::temp_dir().join(unique_name("gfd"));
     std::fs::create_dir_all(&scratch)?;
     let (output, machine) = (scratch.join("labels"), scratch.join("product_name"));
@@ -2442,7 +2444,7 @@ fn gpu_feature_discovery(
 }
 
 async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyhow::Result<()> {
-    use fakegpu_api::names::{
+    use fakegpu_model::names::{
         annotation::GPU_FAULTS,
         nvml::{DRIVER_ROOT, LIBRARY_DIR, LIBRARY_SONAME},
     };
@@ -2575,13 +2577,13 @@ async fn mock_driver_root(client: &Client, pool: &str, namespace: &str) -> anyho
 /// Waits until the document the driver root's socket serves (what NVIDIA's components read
 /// through fakegpu's library) shows no fault on any GPU.
 async fn no_fault_served() -> anyhow::Result<()> {
-    use fakegpu_api::names::nvml::{DOCUMENT_SOCKET, DRIVER_ROOT};
+    use fakegpu_model::names::nvml::{DOCUMENT_SOCKET, DRIVER_ROOT};
     let socket = std::path::Path::new(DRIVER_ROOT).join(DOCUMENT_SOCKET);
     eventually(
         "the driver root's document showing no GPU fault",
         CONVERGE,
         || async {
-            let text = fakegpu_api::document_source::fetch(&socket)?;
+            let text = fakegpu_model::document_source::fetch(&socket)?;
             let served = NodeTopology::from_yaml(&text)?;
             Ok(served
                 .gpus
@@ -2602,7 +2604,7 @@ struct NvidiaDevicePlugin {
 }
 
 fn nvidia_device_plugin(name: &str, args: &[&str]) -> anyhow::Result<NvidiaDevicePlugin> {
-    use fakegpu_api::names::nvml::{DRIVER_ROOT, LIBRARY_DIR};
+    use fakegpu_model::names::nvml::{DRIVER_ROOT, LIBRARY_DIR};
     let log = fakegpu_e2e::cluster_dir().join(format!("logs/{name}.log"));
     let child = std::process::Command::new(nvidia_binary("nvidia-device-plugin")?)
         // Before it looks in its driver root, the plugin checks for CDI strategies that NVML
@@ -2706,7 +2708,7 @@ async fn toolkit_container(
         let written = std::fs::read_to_string(spec)
             .with_context(|| format!("NVIDIA's plugin wrote no {}", spec.display()))?;
         ensure!(
-            written.contains(fakegpu_api::names::nvml::DOCUMENT_SOCKET),
+            written.contains(fakegpu_model::names::nvml::DOCUMENT_SOCKET),
             "NVIDIA's CDI spec mounts no document socket: {written}"
         );
         Ok(())

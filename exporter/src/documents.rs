@@ -10,8 +10,8 @@ use std::{
     },
 };
 
-use fakegpu_api::{
-    meta::node_of_configmap,
+use fakegpu_api::meta::node_of_configmap;
+use fakegpu_model::{
     names::topology::{CONFIGMAP_PREFIX, NODE_TOPOLOGY_LABEL},
     topology::NodeTopology,
 };
@@ -105,7 +105,7 @@ fn insert(snapshot: &mut Snapshot, configmap: &ConfigMap) {
     let Some(node) = node_of_configmap(configmap, CONFIGMAP_PREFIX) else {
         return;
     };
-    match NodeTopology::from_configmap(configmap) {
+    match NodeTopology::from_configmap_data(configmap.data.as_ref()) {
         Ok(document) => {
             snapshot.insert(node.to_owned(), Arc::new(document));
         }
@@ -116,7 +116,7 @@ fn insert(snapshot: &mut Snapshot, configmap: &ConfigMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fakegpu_api::names::topology::NODE_NAME_LABEL;
+    use fakegpu_model::names::topology::NODE_NAME_LABEL;
 
     fn document(node: &str) -> ConfigMap {
         let text = "version: 1\npool: p\ngpuMemory: 1\ngpuProduct: x\ndriverVersion: d\ncudaVersion: c\nmigStrategy: none\ngpus: []\n";

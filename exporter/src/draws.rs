@@ -1,11 +1,11 @@
 //! Utilization values: each pod's use of each GPU is drawn from its range for each period of
-//! the interval (`fakegpu_api::telemetry::drawn_utilization`), so that a dashboard sees values
+//! the interval (`fakegpu_model::telemetry::drawn_utilization`), so that a dashboard sees values
 //! that move, but not on every scrape, and the NVML library and nvidia-smi, drawing the same
 //! way from the same document, show the same values.
 
 use std::time::{Duration, Instant, SystemTime};
 
-use fakegpu_api::{telemetry, topology::UtilizationBounds};
+use fakegpu_model::{telemetry, topology::UtilizationBounds};
 
 #[derive(Debug)]
 pub struct Draws {

@@ -11,7 +11,7 @@
 
 use std::{fmt::Write as _, ops::Range};
 
-use fakegpu_api::names::{dcgm, metric};
+use fakegpu_model::names::{dcgm, metric};
 
 use crate::{
     fields::{FIELDS, Scope},
@@ -239,7 +239,7 @@ fn is_negative_zero(value: f64) -> bool {
 pub(crate) mod testing {
     use std::borrow::Cow;
 
-    use fakegpu_api::telemetry::Load;
+    use fakegpu_model::telemetry::Load;
 
     use crate::render::GpuSample;
 

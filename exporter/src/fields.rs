@@ -1,9 +1,9 @@
 //! The DCGM fields the exporter serves: dcgm-exporter's default counters, in the order, with
 //! the types and HELP texts of its `default-counters.csv` (4.8), then its ECC counters, and
 //! what each reads of a sample. Readings of the device (clocks, temperatures, power, PCIe) come from
-//! [`fakegpu_api::telemetry`], the model nvidia-smi shows too.
+//! [`fakegpu_model::telemetry`], the model nvidia-smi shows too.
 
-use fakegpu_api::{names::dcgm, telemetry::Load};
+use fakegpu_model::{names::dcgm, telemetry::Load};
 
 use self::{
     Kind::{Counter, Gauge},

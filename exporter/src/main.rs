@@ -26,14 +26,6 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use fakegpu_api::{
-    names::{
-        dcgm,
-        exporter::{self, NODE_REPORT_PATH},
-        fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV},
-    },
-    telemetry,
-};
 use fakegpu_exporter::{
     bodies::Buffers,
     documents::Documents,
@@ -41,6 +33,14 @@ use fakegpu_exporter::{
     exposition::Exposition,
     knative::{self, Knative},
     render,
+};
+use fakegpu_model::{
+    names::{
+        dcgm,
+        exporter::{self, NODE_REPORT_PATH},
+        fakegpu::{DEFAULT_NAMESPACE, NAMESPACE_ENV},
+    },
+    telemetry,
 };
 use fakegpu_runtime::{env_or, exit, init_tracing, shutdown_signal, version_requested};
 use tracing::{info, warn};

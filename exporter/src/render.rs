@@ -3,7 +3,7 @@
 
 use std::{borrow::Cow, collections::HashMap, time::Instant};
 
-use fakegpu_api::{
+use fakegpu_model::{
     report::NodeReport,
     telemetry::{self, Load},
     topology::{GpuStatus, GpuTopology, NodeTopology, PodGpuUsage, long_bus_id},
@@ -18,13 +18,13 @@ pub struct Counters {
     pub xids: XidWindows,
 }
 
-/// One GPU's or MIG instance's values and labels (in [`fakegpu_api::names::dcgm::LABELS`] order), borrowing
+/// One GPU's or MIG instance's values and labels (in [`fakegpu_model::names::dcgm::LABELS`] order), borrowing
 /// what it can of the document it was read from: a scrape makes one per GPU, and each string
 /// copied was an allocation freed again within the scrape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSample<'a> {
     pub labels: [Cow<'a, str>; 10],
-    /// A MIG instance's [`fakegpu_api::names::dcgm::MIG_LABELS`] values; `None` for a whole GPU.
+    /// A MIG instance's [`fakegpu_model::names::dcgm::MIG_LABELS`] values; `None` for a whole GPU.
     pub mig: Option<[Cow<'a, str>; 2]>,
     /// The UUID of the GPU (the instance's GPU for a MIG instance).
     pub gpu: &'a str,
@@ -231,12 +231,12 @@ pub fn node_report(
 mod tests {
     use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-    use fakegpu_api::topology::{
+    use fakegpu_model::topology::{
         AllocatedBy, GpuStatus, GpuTopology, PodGpuUsage, UtilizationBounds,
     };
 
     use super::*;
-    use fakegpu_api::names::dcgm;
+    use fakegpu_model::names::dcgm;
 
     use crate::{exposition::encode, fields::FIELDS};
 
@@ -367,7 +367,7 @@ mod tests {
         document.gpus[0].status = GpuStatus::default();
         document.gpus[0].mig_devices = [("3g.40gb", 0u32, 4), ("1g.10gb", 4, 1)]
             .map(
-                |(profile, start, slices)| fakegpu_api::topology::MigDevice {
+                |(profile, start, slices)| fakegpu_model::topology::MigDevice {
                     uuid: format!("MIG-{start}"),
                     profile: profile.into(),
                     placement_start: start,
@@ -438,7 +438,7 @@ mod tests {
     fn every_default_counter_is_served_and_the_sensors_follow_the_load() {
         let mut document = document();
         document.power_limit_watts = 700;
-        document.gpus[1].health = fakegpu_api::topology::Health::Unhealthy;
+        document.gpus[1].health = fakegpu_model::topology::Health::Unhealthy;
         let snapshot = BTreeMap::from([("node-1".to_owned(), Arc::new(document))]);
         let draws = Draws::new(Duration::from_secs(10));
         let counters = Counters::default();

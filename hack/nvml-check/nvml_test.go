@@ -21,7 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The fields of a topology document (api/src/topology.rs) the library answers from.
+// The fields of a topology document (model/src/topology.rs) the library answers from.
 type document struct {
 	GpuMemory         uint64 `yaml:"gpuMemory"`
 	GpuProduct        string `yaml:"gpuProduct"`
@@ -448,7 +448,7 @@ func TestAnUnhealthyGpuRaisesAnXidError(t *testing.T) {
 	}
 }
 
-// The sensors follow fakegpu's model (api/src/telemetry.rs, what the exporter and fakegpu's
+// The sensors follow fakegpu's model (model/src/telemetry.rs, what the exporter and fakegpu's
 // nvidia-smi show): GPU 0 runs a pod at 40 % holding 30000 MiB and has injected ECC errors,
 // GPU 1 is idle and thermally throttled. The expected values are the model's for a 700 W H100.
 func TestSensorsFollowTheModel(t *testing.T) {

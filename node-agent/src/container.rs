@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fakegpu_api::{
+use fakegpu_model::{
     names::{
         container_env, exporter,
         nvml::{CUDA_SONAME, DOCUMENT_BESIDE_LIBRARY, LIBRARY_SONAME, TOPOLOGY_ENV},
@@ -25,7 +25,7 @@ pub struct ContainerEdits {
     /// The fake nvidia-smi on the host.
     pub nvidia_smi: PathBuf,
     /// The host directory with the NVML and CUDA libraries and the node's document
-    /// ([`fakegpu_api::names::nvml::CONTAINER_DIR`]).
+    /// ([`fakegpu_model::names::nvml::CONTAINER_DIR`]).
     pub nvml_dir: PathBuf,
 }
 

@@ -1,4 +1,4 @@
-//! The driver root's document socket ([`fakegpu_api::document_source`]): the node's document as
+//! The driver root's document socket ([`fakegpu_model::document_source`]): the node's document as
 //! it is now, for the containers NVIDIA's container toolkit gives GPUs (it mounts the socket,
 //! not the document file, into them).
 
@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use fakegpu_api::names::nvml::DOCUMENT_REQUEST;
+use fakegpu_model::names::nvml::DOCUMENT_REQUEST;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{UnixListener, UnixStream},
@@ -126,7 +126,7 @@ async fn answer(mut stream: UnixStream, topology: &Topology) -> std::io::Result<
 mod tests {
     use std::sync::Arc;
 
-    use fakegpu_api::{document_source::fetch, topology::NodeTopology};
+    use fakegpu_model::{document_source::fetch, topology::NodeTopology};
     use tokio::sync::watch;
 
     use super::*;

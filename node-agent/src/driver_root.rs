@@ -22,7 +22,7 @@ use std::{
     sync::Arc,
 };
 
-use fakegpu_api::{
+use fakegpu_model::{
     names::{
         label::DEPLOY_DRIVER_ROOT,
         nvml::{
@@ -337,7 +337,7 @@ pub fn remove(root: &Path, node: &str) {
 pub(crate) mod tests {
     use std::os::unix::fs::PermissionsExt;
 
-    use fakegpu_api::topology::GpuTopology;
+    use fakegpu_model::topology::GpuTopology;
     use tokio::sync::watch;
 
     use super::*;
@@ -476,7 +476,7 @@ pub(crate) mod tests {
         // which the layout's later passes keep.
         wait_for(|| std::fs::metadata(&socket).is_ok_and(|m| m.file_type().is_socket())).await?;
         let fetched = |socket: PathBuf| {
-            tokio::task::spawn_blocking(move || fakegpu_api::document_source::fetch(&socket))
+            tokio::task::spawn_blocking(move || fakegpu_model::document_source::fetch(&socket))
         };
         let text = fetched(socket.clone()).await??;
         assert_eq!(NodeTopology::from_yaml(&text)?.gpus.len(), 2);

@@ -11,8 +11,9 @@
 //!   document to the containers NVIDIA's toolkit gives GPUs;
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`; [`fs`]: whole-or-nothing file writes;
 //! - [`uds`]: gRPC over Unix sockets; [`lenient_grpc`]: the registration socket's server;
-//! - [`proto`]: the kubelet's API definitions, generated;
-//! - [`smi`]: the fake nvidia-smi (binary `nvidia-smi`) that containers given GPUs run.
+//! - [`proto`]: the kubelet's API definitions, generated.
+//!
+//! The nvidia-smi it installs for containers is the `fakegpu-smi` crate's.
 
 /// Field manager of the agent's writes (its ResourceSlices, its report of the kubelet's devices).
 pub const FIELD_MANAGER: &str = "fakegpu-node-agent";
@@ -26,6 +27,5 @@ pub mod fs;
 pub mod lenient_grpc;
 pub mod metrics;
 pub mod proto;
-pub mod smi;
 pub mod topology_source;
 pub mod uds;

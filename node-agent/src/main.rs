@@ -24,7 +24,7 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use anyhow::Context;
-use fakegpu_api::names::{
+use fakegpu_model::names::{
     container_env::{EXPORTER_URL, NODE_NAME},
     fakegpu::{
         DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, NAMESPACE_ENV, OPERATOR_HTTP_ADDR_ENV,

@@ -8,7 +8,7 @@ use std::sync::{
 };
 
 use axum::Router;
-use fakegpu_api::{names::metric, topology::NodeTopology};
+use fakegpu_model::{names::metric, topology::NodeTopology};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The plugins, as the `plugin` label names them.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use fakegpu_api::topology::NodeTopology;
+use fakegpu_model::topology::NodeTopology;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -92,7 +92,7 @@ fn forget(
 
 /// Takes one version of the ConfigMap; false when it was malformed (and ignored).
 fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &ConfigMap) -> bool {
-    match NodeTopology::from_configmap(cm) {
+    match NodeTopology::from_configmap_data(cm.data.as_ref()) {
         Ok(topology) => {
             sender.send_if_modified(|current| {
                 if current.as_deref() == Some(&topology) {
@@ -113,7 +113,7 @@ fn apply(sender: &watch::Sender<Option<Arc<NodeTopology>>>, node: &str, cm: &Con
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::names::topology::DATA_KEY;
+    use fakegpu_model::names::topology::DATA_KEY;
 
     use super::*;
 
@@ -126,11 +126,11 @@ mod tests {
 
     #[test]
     fn malformed_documents_are_kept_out() {
-        assert!(NodeTopology::from_configmap(&configmap("gpus: [")).is_err());
-        assert!(NodeTopology::from_configmap(&ConfigMap::default()).is_err());
+        assert!(NodeTopology::from_configmap_data(configmap("gpus: [").data.as_ref()).is_err());
+        assert!(NodeTopology::from_configmap_data(None).is_err());
         let (sender, receiver) = watch::channel(None);
         let good = NodeTopology {
-            version: fakegpu_api::topology::FORMAT_VERSION,
+            version: fakegpu_model::topology::FORMAT_VERSION,
             pool: "p".into(),
             ..Default::default()
         };
@@ -149,7 +149,7 @@ mod tests {
         let metrics = Metrics::new(Vec::new()).expect("metrics");
         let (sender, receiver) = watch::channel(None);
         let good = NodeTopology {
-            version: fakegpu_api::topology::FORMAT_VERSION,
+            version: fakegpu_model::topology::FORMAT_VERSION,
             pool: "p".into(),
             ..Default::default()
         };

@@ -124,7 +124,7 @@ impl Registrations {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::{Caller, GpuTopology, Health, NodeTopology};
+    use fakegpu_model::topology::{Caller, GpuTopology, Health, NodeTopology};
 
     use super::*;
     use crate::machine::Visible;
@@ -161,7 +161,7 @@ mod tests {
             Some(Fault {
                 uuid: "GPU-1".into(),
                 event_type: XID_CRITICAL_ERROR,
-                xid: u64::from(fakegpu_api::faults::XID_FALLEN_OFF_THE_BUS)
+                xid: u64::from(fakegpu_model::faults::XID_FALLEN_OFF_THE_BUS)
             })
         );
         // Told once; GPU 2's set did not ask for XIDs.

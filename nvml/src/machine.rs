@@ -1,7 +1,7 @@
 //! What NVML reports, computed from a node's topology document: pure, no FFI. The FFI layer
 //! (`crate::ffi`) only copies these values into the caller's buffers.
 
-use fakegpu_api::{
+use fakegpu_model::{
     profiles::profile_by_product,
     telemetry::{Load, drawn_total, drawn_utilization, gpu_utilization},
     topology::{Caller, GpuStatus, GpuTopology, MigDevice, NodeTopology},
@@ -74,7 +74,7 @@ pub struct Device {
     /// How long until that XID recurs; `None`: raised once.
     pub xid_period: Option<std::time::Duration>,
     /// How busy the GPU is (its pods at the middle of their ranges) and what bounds its
-    /// sensors: the model the exporter and fakegpu's nvidia-smi read (`fakegpu_api::telemetry`).
+    /// sensors: the model the exporter and fakegpu's nvidia-smi read (`fakegpu_model::telemetry`).
     pub load: Load,
     /// Framebuffer the pods hold, bytes.
     pub memory_used_bytes: u64,
@@ -209,7 +209,7 @@ const MIB: u64 = 1024 * 1024;
 impl Machine {
     /// The GPUs of `document` that `visible` lets this process see (see [`Visible`]), in
     /// index order, numbered from 0 as NVML numbers what it sees, busy as their pods' draws of
-    /// draw period `period` make them (`fakegpu_api::telemetry::drawn_utilization`), with
+    /// draw period `period` make them (`fakegpu_model::telemetry::drawn_utilization`), with
     /// `caller`'s processes on them.
     pub fn of(document: &NodeTopology, visible: &Visible, caller: Caller<'_>, period: u64) -> Self {
         let mut gpus: Vec<&GpuTopology> = document
@@ -422,7 +422,7 @@ impl Visible {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::{MigDevice, PodGpuUsage};
+    use fakegpu_model::topology::{MigDevice, PodGpuUsage};
 
     use super::*;
 

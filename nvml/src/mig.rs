@@ -4,8 +4,8 @@
 //! answers, NVIDIA's device plugin names its `nvidia.com/mig-*` resources after them and its
 //! DRA driver its MIG devices, so they follow the driver's numbering.
 
-use fakegpu_api::{
-    pool::mig::{MemorySlices, placements},
+use fakegpu_model::mig_slices::{MemorySlices, placements};
+use fakegpu_model::{
     profiles::{MIG_COMPUTE_SLICES, MigEngines, MigProfile},
     topology::MigDevice,
 };
@@ -187,7 +187,7 @@ pub fn remaining_capacity<'a>(
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::profiles::profile_by_product;
+    use fakegpu_model::profiles::profile_by_product;
 
     use super::*;
 

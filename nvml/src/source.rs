@@ -1,9 +1,9 @@
 //! Where the library's answers come from: the node's topology document, at the path
-//! [`TOPOLOGY_ENV`](fakegpu_api::names::nvml::TOPOLOGY_ENV) names, else
+//! [`TOPOLOGY_ENV`](fakegpu_model::names::nvml::TOPOLOGY_ENV) names, else
 //! [`DOCUMENT_BESIDE_LIBRARY`] in the library's own directory,
 //! seen through `NVIDIA_VISIBLE_DEVICES`; else, in a container given GPUs by NVIDIA's
 //! container toolkit (which mounts the library without the document), from the driver-root
-//! agent's socket ([`fakegpu_api::document_source`]), seen through the container's device
+//! agent's socket ([`fakegpu_model::document_source`]), seen through the container's device
 //! nodes.
 
 use std::{
@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use fakegpu_api::{
+use fakegpu_model::{
     document_source::{self, Located},
     names::{container_env::VISIBLE_DEVICES, nvml::DOCUMENT_BESIDE_LIBRARY},
     telemetry::{draw_interval_from_env, draw_period},

@@ -11,7 +11,7 @@
 
 use std::{collections::BTreeSet, sync::LazyLock, time::Instant};
 
-use fakegpu_api::names::{FIELD_MANAGER, metric};
+use fakegpu_model::names::{FIELD_MANAGER, metric};
 use kube::{
     Api, Resource,
     api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams},

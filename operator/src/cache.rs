@@ -10,7 +10,7 @@
 
 use std::{borrow::Cow, fmt::Debug};
 
-use fakegpu_api::names::FIELD_MANAGER;
+use fakegpu_model::names::FIELD_MANAGER;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::{Deserialize, Deserializer, Serialize};

@@ -3,15 +3,11 @@
 
 use std::sync::Arc;
 
-use fakegpu_api::{
-    GpuNodePool,
-    meta::node_of_configmap,
-    names::{
-        fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
-        kubelet_devices,
-        topology::NODE_TOPOLOGY_LABEL,
-    },
-    nrt::NodeResourceTopology,
+use fakegpu_api::{GpuNodePool, meta::node_of_configmap, nrt::NodeResourceTopology};
+use fakegpu_model::names::{
+    fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
+    kubelet_devices,
+    topology::NODE_TOPOLOGY_LABEL,
 };
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::api::{
@@ -483,7 +479,7 @@ fn to_every_pool<T>(pools: Store<GpuNodePool>) -> impl Fn(T) -> Vec<ObjectRef<Gp
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::names::annotation;
+    use fakegpu_model::names::annotation;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 

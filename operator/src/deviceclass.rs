@@ -15,15 +15,12 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use fakegpu_api::{
-    GpuNodePool,
-    names::{
-        annotation::APPLIED_SPEC,
-        compute_domain,
-        fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
-        resource::{GPU, GPU_DEVICE_CLASS, GPU_DRIVER, MIG_DEVICE_CLASS},
-    },
-    pool::resolve::resolve,
+use fakegpu_api::{GpuNodePool, pool::resolve::resolve};
+use fakegpu_model::names::{
+    annotation::APPLIED_SPEC,
+    compute_domain,
+    fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
+    resource::{GPU, GPU_DEVICE_CLASS, GPU_DRIVER, MIG_DEVICE_CLASS},
 };
 use k8s_openapi::{
     api::resource::v1::{CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector},

@@ -7,7 +7,7 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("topology document: {0}")]
-    Topology(#[from] fakegpu_api::topology::TopologyError),
+    Topology(#[from] fakegpu_model::topology::TopologyError),
     #[error("pool finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }

@@ -9,7 +9,7 @@
 use anyhow::Context as _;
 use std::{process::ExitCode, time::Duration};
 
-use fakegpu_api::names::fakegpu::{
+use fakegpu_model::names::fakegpu::{
     DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, DEFAULT_RESERVATION_NAMESPACES,
     DRA_EXTENDED_RESOURCE_ENV, IDENTITY_ENV, LEADER_ELECTION_ENV, LEADER_LEASE, NAMESPACE_ENV,
     NODE_RESOURCE_TOPOLOGY_ENV, OPERATOR_HTTP_ADDR_ENV, RESERVATION_NAMESPACES_ENV,

@@ -10,8 +10,8 @@ use std::{collections::BTreeMap, sync::Arc};
 use fakegpu_api::{
     GpuNodePool,
     label_selector::{self, SelectorError},
-    names::{fakegpu::POOL_LABEL, label},
 };
+use fakegpu_model::names::{fakegpu::POOL_LABEL, label};
 use kube::{
     ResourceExt,
     core::{ParseExpressionError, Selector, SelectorExt},

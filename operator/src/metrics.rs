@@ -12,7 +12,7 @@ use std::{
 };
 
 use axum::Router;
-use fakegpu_api::names::metric;
+use fakegpu_model::names::metric;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::{error::Error, error::Result};
@@ -131,7 +131,7 @@ mod tests {
         let metrics = Metrics::new().expect("registers");
         let ok: Result<()> = metrics.measure("node", async { Ok(()) }).await;
         assert!(ok.is_ok());
-        let error = Error::Topology(fakegpu_api::topology::TopologyError::TooNew(9));
+        let error = Error::Topology(fakegpu_model::topology::TopologyError::TooNew(9));
         metrics.failed("pool", &error);
         let (_, text) = fakegpu_runtime::metrics_response(&metrics.registry);
         assert!(

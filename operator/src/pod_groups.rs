@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fakegpu_api::names::{annotation, label, pod_group};
+use fakegpu_model::names::{annotation, label, pod_group};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt,

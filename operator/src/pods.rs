@@ -7,7 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use fakegpu_api::names::condition;
+use fakegpu_model::names::condition;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use kube::runtime::{
     reflector::{ObjectRef, Store},

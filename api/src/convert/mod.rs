@@ -12,12 +12,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use validator::Validate;
 
-use crate::{
-    meta::is_dns_subdomain,
-    names::label::{DEPLOY_DEVICE_PLUGIN, DEPLOY_DRA_PLUGIN, NODE_POOL},
-    pool::GpuNodePoolSpec,
-};
+use crate::{meta::is_dns_subdomain, pool::GpuNodePoolSpec};
 use chart_keys::Fate;
+use fakegpu_model::names::label::{DEPLOY_DEVICE_PLUGIN, DEPLOY_DRA_PLUGIN, NODE_POOL};
 
 /// GpuNodePools (as API objects) and what the user should know about the conversion.
 #[derive(Debug, Default, PartialEq)]

@@ -5,13 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::{
-    pool::{GpuNodePoolSpec, MigStrategy},
-    profiles::{
-        GpuProfile, MIG_COMPUTE_SLICES as COMPUTE_SLICES, MIG_MEMORY_SLICES as MEMORY_SLICES,
-        MigProfile,
-    },
+use fakegpu_model::{
+    mig_slices::{MemorySlices, placements},
+    profiles::{GpuProfile, MIG_COMPUTE_SLICES as COMPUTE_SLICES, MigProfile},
 };
+
+use crate::pool::{GpuNodePoolSpec, MigStrategy};
 
 /// One MIG instance on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,51 +90,6 @@ pub(super) fn check_counts(profiles: &[&'static MigProfile]) -> Result<(), Strin
         }
     }
     Ok(())
-}
-
-/// Memory slices an instance of `profile` occupies.
-fn size(profile: &MigProfile) -> u32 {
-    profile.memory_slices.clamp(1, MEMORY_SLICES)
-}
-
-/// Where an instance of `profile` may start, as NVML lists its placements: multiples of its
-/// memory size whose compute slices stay within the seven (`start + compute <= 7`). So on an
-/// A100 or H100 a 1g starts at 0-6, a 2g at 0, 2 or 4, a 3g at 0 or 4, a 4g at 0 only, and
-/// memory slice 7 is reached only by a 3g at 4, a two-slice 1g at 6 or the whole GPU.
-pub fn placements(profile: &MigProfile) -> impl Iterator<Item = u32> {
-    let size = size(profile);
-    let compute = profile.compute_slices;
-    (0..=MEMORY_SLICES - size)
-        .step_by(size as usize)
-        .filter(move |start| start + compute <= COMPUTE_SLICES)
-}
-
-/// The memory slices of one GPU, as instances take them.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MemorySlices([bool; MEMORY_SLICES as usize]);
-
-impl MemorySlices {
-    pub(super) fn is_free(&self, profile: &MigProfile, start: u32) -> bool {
-        self.run_is_free(start, size(profile))
-    }
-
-    pub(super) fn take(&mut self, profile: &MigProfile, start: u32) {
-        self.take_run(start, size(profile));
-    }
-
-    /// Whether the `count` slices from `start` are all free, and all on the GPU.
-    pub fn run_is_free(&self, start: u32, count: u32) -> bool {
-        (start..start + count).all(|s| self.0.get(s as usize) == Some(&false))
-    }
-
-    /// Takes the `count` slices from `start`; those past the GPU's last are ignored.
-    pub fn take_run(&mut self, start: u32, count: u32) {
-        for slice in start..start + count {
-            if let Some(taken) = self.0.get_mut(slice as usize) {
-                *taken = true;
-            }
-        }
-    }
 }
 
 /// `name` among the MIG profiles of `catalog` (product `product`).
@@ -260,7 +214,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::profiles::profile;
+    use fakegpu_model::profiles::profile;
 
     fn spec(mig: serde_json::Value) -> GpuNodePoolSpec {
         serde_json::from_value(json!({"gpu": {"profile": "a100-80gb"}, "mig": mig}))
@@ -309,7 +263,7 @@ mod tests {
         assert_eq!(starts("4g.40gb"), [0]);
         assert_eq!(starts("7g.80gb"), [0]);
         // Every profile of every product reaches its instance limit on one GPU.
-        for product in crate::profiles::PROFILES {
+        for product in fakegpu_model::profiles::PROFILES {
             for mig in product.mig_profiles {
                 let repeated = vec![mig; mig.max_instances as usize];
                 let placed = place(&repeated)

@@ -1,11 +1,11 @@
 //! Run:ai's dynamic MIG, answered as the reference's mig-faker answers it, and made real.
 //!
 //! Run:ai partitions GPUs on demand by writing node annotation
-//! [`RUNAI_MIG_CONFIG`](crate::names::annotation::RUNAI_MIG_CONFIG): mig-parted's `selected`
+//! [`RUNAI_MIG_CONFIG`](fakegpu_model::names::annotation::RUNAI_MIG_CONFIG): mig-parted's `selected`
 //! list, each entry naming GPU indices, whether MIG is on, and the instances by profile and
 //! memory-slice position. It then waits for label
-//! [`MIG_CONFIG_STATE`](crate::names::label::MIG_CONFIG_STATE) and reads annotation
-//! [`RUNAI_MIG_MAPPING`](crate::names::annotation::RUNAI_MIG_MAPPING): per GPU, each instance's
+//! [`MIG_CONFIG_STATE`](fakegpu_model::names::label::MIG_CONFIG_STATE) and reads annotation
+//! [`RUNAI_MIG_MAPPING`](fakegpu_model::names::annotation::RUNAI_MIG_MAPPING): per GPU, each instance's
 //! position, MIG UUID and GPU-instance profile ID (what the reference calls
 //! `gpu_instance_id`: 19 for `1g.10gb`, 5 for `4g.40gb`).
 //!
@@ -19,15 +19,17 @@ use std::collections::BTreeMap;
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    MigStrategy,
-    mig::{MemorySlices, MigError, MigInstance, MigPlan, check_counts, placements, profile_named},
-    resolve::ResolvedGpu,
-};
-use crate::{
+use fakegpu_model::{
+    mig_slices::{MemorySlices, placements},
     names::label::{MIG_CONFIG_STATE_FAILED, MIG_CONFIG_STATE_SUCCESS},
     profiles::GpuProfile,
     topology::mig_uuid,
+};
+
+use super::{
+    MigStrategy,
+    mig::{MigError, MigInstance, MigPlan, check_counts, profile_named},
+    resolve::ResolvedGpu,
 };
 
 /// GPU index -> its instances by placement; an empty list: MIG off, the GPU is whole.
@@ -289,9 +291,9 @@ pub fn layouts_of_mapping(value: &str, catalog: &'static GpuProfile) -> Option<G
 pub struct NodeMig {
     /// The node's MIG plan: the pool's, with the configured GPUs' layouts in place.
     pub plan: Option<MigPlan>,
-    /// Label [`MIG_CONFIG_STATE`](crate::names::label::MIG_CONFIG_STATE), with a configuration.
+    /// Label [`MIG_CONFIG_STATE`](fakegpu_model::names::label::MIG_CONFIG_STATE), with a configuration.
     pub state: Option<&'static str>,
-    /// Annotation [`RUNAI_MIG_MAPPING`](crate::names::annotation::RUNAI_MIG_MAPPING).
+    /// Annotation [`RUNAI_MIG_MAPPING`](fakegpu_model::names::annotation::RUNAI_MIG_MAPPING).
     pub mapping: Option<String>,
     /// Why the configuration was not applied.
     pub error: Option<MigConfigError>,

@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
-use crate::utilization::PATTERN as UTILIZATION_PATTERN;
+use fakegpu_model::utilization::PATTERN as UTILIZATION_PATTERN;
 
 /// A pool of nodes with simulated NVIDIA GPUs.
 // Each `printcolumn(...)` repeats `type_`, which clippy mistakes for a duplicated attribute.
@@ -430,7 +430,7 @@ mod tests {
     use validator::Validate;
 
     use super::*;
-    use crate::names;
+    use fakegpu_model::names;
 
     #[test]
     fn derive_uses_the_published_group_and_version() {

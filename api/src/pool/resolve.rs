@@ -1,6 +1,6 @@
 //! What a pool's `spec.gpu` amounts to once the profile catalog is applied.
 
-use crate::profiles::{
+use fakegpu_model::profiles::{
     self, Architecture, ComputeCapability, DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, GpuProfile,
 };
 
@@ -258,7 +258,7 @@ mod tests {
         let said = |name: &str| ResolveError::UnknownProfile(name.into()).to_string();
         let unknown = said("future-gpu");
         assert!(unknown.starts_with("profile \"future-gpu\" is not a builtin profile (builtin: "));
-        for profile in crate::profiles::PROFILES {
+        for profile in fakegpu_model::profiles::PROFILES {
             assert!(
                 unknown.contains(profile.name),
                 "{unknown} lacks {}",

@@ -1,16 +1,16 @@
 //! CEL rules (`x-kubernetes-validations`) of the `GpuNodePool` CRD.
 //!
 //! Rules that need product facts (GPUs per node, compute capability, MIG support) are generated
-//! from the builtin catalog in [`crate::profiles`], so the CRD and the catalog cannot disagree.
+//! from the builtin catalog in [`fakegpu_model::profiles`], so the CRD and the catalog cannot disagree.
 //! A profile the catalog does not know passes these rules; the operator reports it as a
 //! condition instead (custom profiles may exist one day).
 
 use kube::core::{Message, Rule};
 
-use crate::profiles::PROFILES;
+use fakegpu_model::profiles::PROFILES;
 
 /// CEL map literal from builtin profile name to a value.
-fn profile_map(value: impl Fn(&crate::profiles::GpuProfile) -> String) -> String {
+fn profile_map(value: impl Fn(&fakegpu_model::profiles::GpuProfile) -> String) -> String {
     let entries: Vec<String> = PROFILES
         .iter()
         .map(|p| format!("'{}': {}", p.name, value(p)))
@@ -171,7 +171,7 @@ pub fn remote_distance_exceeds_local() -> Rule {
 
 /// Guards the rules below: the schema's pattern reports malformed strings on its own.
 fn utilization_guard() -> String {
-    format!("!self.matches('{}')", crate::utilization::PATTERN)
+    format!("!self.matches('{}')", fakegpu_model::utilization::PATTERN)
 }
 
 pub fn utilization_at_most_hundred() -> Rule {

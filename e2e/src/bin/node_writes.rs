@@ -14,8 +14,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use fakegpu_api::{GpuNodePool, names::FIELD_MANAGER, pool::resolve::resolve_pool};
+use fakegpu_api::{GpuNodePool, pool::resolve::resolve_pool};
 use fakegpu_e2e::{admin_client, cluster_dir, create_kwok_node, process_usage};
+use fakegpu_model::names::FIELD_MANAGER;
 use fakegpu_operator::{
     cache::Cached,
     node::{

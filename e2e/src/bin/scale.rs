@@ -28,11 +28,11 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use fakegpu_api::{names::label, profiles::profile, topology::NodeTopology};
 use fakegpu_e2e::{
     admin_client, audit::AuditTail, cluster_dir, create_namespace, install_crds, process_usage,
     repo_root,
 };
+use fakegpu_model::{names::label, profiles::profile, topology::NodeTopology};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
     api::{

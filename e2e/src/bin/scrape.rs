@@ -13,14 +13,14 @@ use std::{
 };
 
 use anyhow::Context;
-use fakegpu_api::{
+use fakegpu_e2e::{admin_client, process_usage, repo_root};
+use fakegpu_model::{
     names::{dcgm, topology as names},
     topology::{
         AllocatedBy, FORMAT_VERSION, GpuStatus, GpuTopology, NodeTopology, PodGpuUsage,
         UtilizationBounds, gpu_uuid, pci_address,
     },
 };
-use fakegpu_e2e::{admin_client, process_usage, repo_root};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{

@@ -14,10 +14,10 @@ use std::{
 use fakegpu_api::{
     kubelet_devices::{ContainerDevices, KubeletDevices},
     meta::node_name_label,
-    names::{
-        kubelet_devices::{DATA_KEY, LABEL},
-        resource,
-    },
+};
+use fakegpu_model::names::{
+    kubelet_devices::{DATA_KEY, LABEL},
+    resource,
 };
 use k8s_openapi::{
     api::core::v1::{ConfigMap, Node},

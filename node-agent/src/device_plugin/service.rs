@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
-use fakegpu_api::{
+use fakegpu_model::{
     names::{container_env, resource},
     profiles::published_mig_name,
     topology::NodeTopology,
@@ -306,7 +306,7 @@ impl DevicePlugin for GpuDevicePlugin {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::{GpuTopology, Health};
+    use fakegpu_model::topology::{GpuTopology, Health};
 
     use super::*;
 
@@ -333,7 +333,7 @@ mod tests {
     fn mig_instances_are_gpus_under_the_single_strategy_only() {
         let mut t = topology();
         t.gpus[0].mig_devices = ["MIG-a", "MIG-b"]
-            .map(|uuid| fakegpu_api::topology::MigDevice {
+            .map(|uuid| fakegpu_model::topology::MigDevice {
                 uuid: uuid.into(),
                 profile: "1g.10gb".into(),
                 ..Default::default()
@@ -380,7 +380,7 @@ mod tests {
         t.device_plugin = Some(false);
         assert!(devices(Some(&t), &Offer::Gpus).is_empty());
         t.mig_strategy = "mixed".into();
-        t.gpus[0].mig_devices = vec![fakegpu_api::topology::MigDevice {
+        t.gpus[0].mig_devices = vec![fakegpu_model::topology::MigDevice {
             uuid: "MIG-a".into(),
             profile: "1g.10gb".into(),
             ..Default::default()

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fakegpu_api::names::{compute_domain, container_env};
+use fakegpu_model::names::{compute_domain, container_env};
 use serde_json::{Value, json};
 
 use super::checkpoint::PreparedDevice;

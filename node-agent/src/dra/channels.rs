@@ -5,8 +5,8 @@
 use fakegpu_api::{
     compute_domain::AllocationMode,
     dra::{channel_slice_spec, node_slice},
-    names::compute_domain::DRIVER,
 };
+use fakegpu_model::names::compute_domain::DRIVER;
 use k8s_openapi::api::{
     core::v1::Node,
     resource::v1::{ResourceClaim, ResourceSlice},

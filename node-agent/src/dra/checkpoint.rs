@@ -50,7 +50,7 @@ impl PreparedDevice {
     pub fn channels(&self) -> Box<dyn Iterator<Item = u32> + '_> {
         match &self.channel {
             Some(grant) if grant.all => {
-                Box::new(0..fakegpu_api::names::compute_domain::IMEX_CHANNELS)
+                Box::new(0..fakegpu_model::names::compute_domain::IMEX_CHANNELS)
             }
             Some(_) => Box::new(
                 self.device

@@ -1,9 +1,7 @@
 //! Driver `gpu.nvidia.com`: the node's GPUs and MIG devices, by the topology document.
 
-use fakegpu_api::{
-    dra::{device_uuid, gpu_slice},
-    names::resource::GPU_DRIVER,
-};
+use fakegpu_api::dra::{device_uuid, gpu_slice};
+use fakegpu_model::names::resource::GPU_DRIVER;
 use k8s_openapi::api::{
     core::v1::Node,
     resource::v1::{ResourceClaim, ResourceSlice},
@@ -96,7 +94,7 @@ impl Devices for GpuDevices {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::{GpuTopology, MigDevice, NodeTopology};
+    use fakegpu_model::topology::{GpuTopology, MigDevice, NodeTopology};
     use serde_json::json;
     use tokio::sync::watch;
 

@@ -5,10 +5,8 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use fakegpu_api::{
-    dra::slice_current,
-    names::fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
-};
+use fakegpu_api::dra::slice_current;
+use fakegpu_model::names::fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL};
 use futures::StreamExt;
 use k8s_openapi::api::{core::v1::Node, resource::v1::ResourceSlice};
 use kube::{

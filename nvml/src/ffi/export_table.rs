@@ -9,7 +9,7 @@
 //! `NVML_ERROR_NOT_SUPPORTED`, as an unknown NVML function does. (Slots that succeeded without
 //! writing their answer made `nvidia-smi -q` print what its buffers held: a PCIe "Host Max" of
 //! 32523, a T.Limit temperature of 0 C, "0.185 mV"; refused, they print `N/A`.) The ABI is
-//! reverse-engineered and may change with the driver branch: `node-agent/tests/real_nvidia_smi.rs`
+//! reverse-engineered and may change with the driver branch: `smi/tests/real_nvidia_smi.rs`
 //! runs the real binaries against it.
 
 use std::ffi::{c_char, c_uint, c_void};

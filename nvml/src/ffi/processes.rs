@@ -11,7 +11,7 @@ use super::{
     ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, Handle, Return, SUCCESS,
     answer, machine, resolve,
 };
-use fakegpu_api::telemetry::memory_activity;
+use fakegpu_model::telemetry::memory_activity;
 
 use crate::{host::PodProcesses, machine::Process};
 

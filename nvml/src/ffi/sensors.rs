@@ -1,11 +1,11 @@
 //! A whole GPU's sensors and error counters: temperature, power, clocks, utilization and ECC
 //! errors, from the model the exporter and fakegpu's nvidia-smi read
-//! (`fakegpu_api::telemetry`), for the GPU as the document has it at the call (its pods, their
+//! (`fakegpu_model::telemetry`), for the GPU as the document has it at the call (its pods, their
 //! utilization drawn as the exporter draws it for this moment, its injected faults).
 
 use std::ffi::{c_int, c_longlong, c_uint, c_ulonglong};
 
-use fakegpu_api::telemetry::{MEMORY_CLOCK, SM_CLOCK_MAX};
+use fakegpu_model::telemetry::{MEMORY_CLOCK, SM_CLOCK_MAX};
 
 use super::{
     DeviceHandle, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, Handle, Return, SUCCESS, answer,

@@ -9,10 +9,8 @@ pub mod template;
 
 use std::sync::Arc;
 
-use fakegpu_api::{
-    compute_domain::{ComputeDomain, GROUP, PLURAL, VERSION},
-    names::compute_domain as names,
-};
+use fakegpu_api::compute_domain::{ComputeDomain, GROUP, PLURAL, VERSION};
+use fakegpu_model::names::compute_domain as names;
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use k8s_openapi::{
     api::{

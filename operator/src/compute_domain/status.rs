@@ -7,8 +7,8 @@ use std::{collections::BTreeSet, sync::Arc};
 use fakegpu_api::{
     compute_domain::{ComputeDomain, ComputeDomainNode, ComputeDomainStatus, DomainState},
     meta::is_dns_subdomain,
-    names::compute_domain as names,
 };
+use fakegpu_model::names::compute_domain as names;
 use k8s_openapi::{api::resource::v1::ResourceClaim, apimachinery::pkg::apis::meta::v1::Time};
 use kube::ResourceExt;
 

@@ -5,10 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use fakegpu_api::{
-    compute_domain::{ComputeDomain, GROUP, VERSION},
-    names::compute_domain as names,
-};
+use fakegpu_api::compute_domain::{ComputeDomain, GROUP, VERSION};
+use fakegpu_model::names::compute_domain as names;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::{Resource, ResourceExt};
 use serde_json::json;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::http::Method;
-use fakegpu_api::names::{fakegpu::POOL_LABEL, label};
+use fakegpu_model::names::{fakegpu::POOL_LABEL, label};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use serde_json::{Value, json};
 

@@ -1,7 +1,8 @@
 //! Which GPU each pod holds, as pods see it: the GPU the kubelet gave (reported by the node
 //! agent), the reservation pods' `run.ai/reserve_for_gpu_index`, and `fakegpu.dev/gpus`.
 
-use fakegpu_api::{kubelet_devices::KubeletDevices, names::annotation, topology::NodeTopology};
+use fakegpu_api::kubelet_devices::KubeletDevices;
+use fakegpu_model::{names::annotation, topology::NodeTopology};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
 use tracing::{debug, info, warn};

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fakegpu_api::names::{annotation, condition, fakegpu::POOL_LABEL};
+use fakegpu_model::names::{annotation, condition, fakegpu::POOL_LABEL};
 use k8s_openapi::{
     api::core::v1::{Node, NodeCondition},
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},

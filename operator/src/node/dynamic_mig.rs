@@ -4,12 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use fakegpu_api::{
-    names::{
-        annotation::{RUNAI_MIG_CONFIG, RUNAI_MIG_MAPPING},
-        label::{MIG_CONFIG_STATE, RUNAI_DYNAMIC_MIG},
-    },
-    pool::{mig_config::node_mig, resolve::ResolvedGpu},
+use fakegpu_api::pool::{mig_config::node_mig, resolve::ResolvedGpu};
+use fakegpu_model::names::{
+    annotation::{RUNAI_MIG_CONFIG, RUNAI_MIG_MAPPING},
+    label::{MIG_CONFIG_STATE, RUNAI_DYNAMIC_MIG},
 };
 use kube::{Resource, ResourceExt};
 

@@ -6,6 +6,8 @@
 use fakegpu_api::{
     GpuNodePool,
     faults::{GpuFault, parse_annotation},
+};
+use fakegpu_model::{
     names::{annotation, condition::GPU_FAULT},
     topology::NodeTopology,
 };
@@ -106,7 +108,7 @@ pub async fn report(ctx: &Context, node: &CachedNode, topology: &NodeTopology, b
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::{faults::GpuFaults, topology::GpuTopology};
+    use fakegpu_model::{faults::GpuFaults, topology::GpuTopology};
     use serde_json::json;
 
     use super::*;

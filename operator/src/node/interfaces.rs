@@ -16,10 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use fakegpu_api::{
-    names::label,
-    pool::{Backend, GpuNodePool, Interfaces},
-};
+use fakegpu_api::pool::{Backend, GpuNodePool, Interfaces};
+use fakegpu_model::names::label;
 
 /// The deploy labels someone other than fakegpu set on a node: `Some(true)` for `true`,
 /// `Some(false)` for any other value, `None` where the node carries none.

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use fakegpu_api::{
+use fakegpu_api::pool::{
+    Backend, GpuNodePool, Interfaces, MigStrategy, mig::MigPlan, resolve::ResolvedGpu,
+};
+use fakegpu_model::{
     names::{fakegpu::POOL_LABEL, label},
-    pool::{Backend, GpuNodePool, Interfaces, MigStrategy, mig::MigPlan, resolve::ResolvedGpu},
     profiles::{MigEngines, product_label_value, published_mig_name},
 };
 use kube::ResourceExt;

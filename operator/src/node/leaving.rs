@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use fakegpu_api::names::{compute_domain, label, resource};
+use fakegpu_model::names::{compute_domain, label, resource};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 /// The deploy label of each DRA driver whose kubelet plugin fakegpu runs on nodes.

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use fakegpu_api::{nrt::NodeResourceTopology, topology::NodeTopology};
+use fakegpu_api::nrt::NodeResourceTopology;
+use fakegpu_model::topology::NodeTopology;
 use k8s_openapi::api::{core::v1::ConfigMap, resource::v1::ResourceSlice};
 use kube::runtime::reflector::ObjectRef;
 

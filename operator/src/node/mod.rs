@@ -25,13 +25,12 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use fakegpu_api::{
     GpuNodePool,
     faults::GpuFault,
-    names::fakegpu::POOL_LABEL,
     pool::{
         Interfaces,
         resolve::{ResolvedGpu, resolve_pool},
     },
-    topology::NodeTopology,
 };
+use fakegpu_model::{names::fakegpu::POOL_LABEL, topology::NodeTopology};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::{
     Api, ResourceExt,
@@ -153,8 +152,8 @@ fn desired_topology(
 ) {
     let name = node.name_any();
     // A document edited by hand into garbage is simply rebuilt.
-    let previous =
-        cached_configmap(ctx, &name).and_then(|cm| NodeTopology::from_configmap(cm.trimmed()).ok());
+    let previous = cached_configmap(ctx, &name)
+        .and_then(|cm| NodeTopology::from_configmap_data(cm.trimmed().data.as_ref()).ok());
     let (unhealthy, _) = unhealthy_gpus(node, gpu.count);
     let mut document = topology::desired_topology(
         pool,
@@ -279,7 +278,7 @@ pub fn nodes_of_pool(nodes: &[Arc<CachedNode>], pool: &GpuNodePool) -> Vec<Objec
 mod tests {
     use serde_json::json;
 
-    use fakegpu_api::names::{annotation, condition};
+    use fakegpu_model::names::{annotation, condition};
     use k8s_openapi::api::core::v1::Node;
 
     use super::*;

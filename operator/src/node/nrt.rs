@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     GpuNodePool,
+    nrt::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone},
+    pool::{NumaSpec, TopologyManagerPolicy, TopologyManagerScope},
+};
+use fakegpu_model::{
     names::{
         fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
         resource,
     },
-    nrt::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone},
-    pool::{NumaSpec, TopologyManagerPolicy, TopologyManagerScope},
     quantity::{format_bytes, format_cpu, parse_milli},
     topology::NodeTopology,
 };

@@ -1,6 +1,6 @@
 //! Warning Events about a node and its pods: annotations that do not parse, GPUs overbooked.
 
-use fakegpu_api::{names::annotation, topology::parse_gpu_indices};
+use fakegpu_model::{names::annotation, topology::parse_gpu_indices};
 use kube::{Resource, ResourceExt};
 
 use super::cached::CachedNode;

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 pub use fakegpu_api::dra::slice_current;
-use fakegpu_api::{
-    dra::{KnownSlice, channel_slice_spec, device_identity, gpu_slice, node_slice},
+use fakegpu_api::dra::{KnownSlice, channel_slice_spec, device_identity, gpu_slice, node_slice};
+use fakegpu_model::{
     names::fakegpu::{MANAGED_BY, MANAGED_BY_VALUE, POOL_LABEL},
     topology::NodeTopology,
 };
@@ -97,7 +97,7 @@ impl KnownSlice for Cached<ResourceSlice> {
 
 #[cfg(test)]
 mod tests {
-    use fakegpu_api::topology::GpuTopology;
+    use fakegpu_model::topology::GpuTopology;
     use serde_json::json;
 
     use k8s_openapi::api::core::v1::Node;

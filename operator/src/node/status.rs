@@ -15,11 +15,11 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     GpuNodePool,
-    names::{
-        condition::{GPU_FAULT, GPU_FRACTIONING_READY},
-        resource::{self, mig_resource},
-    },
     pool::{Backend, Interfaces, MigStrategy, resolve::ResolvedGpu},
+};
+use fakegpu_model::names::{
+    condition::{GPU_FAULT, GPU_FRACTIONING_READY},
+    resource::{self, mig_resource},
 };
 use k8s_openapi::{
     api::core::v1::NodeCondition,

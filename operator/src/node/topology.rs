@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 
 use fakegpu_api::{
-    faults::{GpuFault, GpuFaults},
+    faults::{GpuFault, on_gpu},
     meta,
-    names::{annotation, compute_domain, fakegpu::POOL_LABEL, resource, topology as names},
     pool::{GpuNodePool, Interfaces, NumaSpec, resolve::ResolvedGpu},
+};
+use fakegpu_model::{
+    names::{annotation, compute_domain, fakegpu::POOL_LABEL, resource, topology as names},
     topology::{
         FORMAT_VERSION, GpuTopology, Health, MigDevice, NodeTopology, OtherDevice, gpu_uuid,
         mig_uuid, pci_address,
@@ -98,7 +100,7 @@ pub fn desired_topology(
                     ..MigDevice::new(uuid, instance.profile, instance.placement_start)
                 })
                 .collect();
-            let faults = GpuFaults::of(index, failing.faults);
+            let faults = on_gpu(index, failing.faults);
             GpuTopology {
                 numa_node,
                 mig_devices,
@@ -271,7 +273,7 @@ impl Trim for ConfigMap {
             digest
         });
         apply::drop_managed_fields(&mut cm);
-        let free = NodeTopology::from_configmap(&cm)
+        let free = NodeTopology::from_configmap_data(cm.data.as_ref())
             .is_ok_and(|doc| !doc.gpus.iter().any(GpuTopology::in_use));
         let kept = KeptOfTopology {
             document: free.then(|| Digest::of(&cm.data.take())),
@@ -491,7 +493,7 @@ mod tests {
     fn a_cache_keeps_the_metadata_fakegpu_alone_wrote_as_a_digest() {
         let node = node_with_uid("u-1");
         let cm = desired_configmap("ns", &node, "p", "doc".into(), 3);
-        let ours = Cached::new(written_by(&cm, fakegpu_api::names::FIELD_MANAGER));
+        let ours = Cached::new(written_by(&cm, fakegpu_model::names::FIELD_MANAGER));
         let meta = &ours.trimmed().metadata;
         assert_eq!((&meta.labels, &meta.annotations), (&None, &None));
         assert_eq!(meta.owner_references, None);
@@ -542,6 +544,6 @@ mod tests {
         let cached = Cached::new(cm(&used));
         assert_eq!(cached.trimmed().data, cm(&used).data);
         assert!(configmap_current(&cached, &cm(&used)));
-        assert!(NodeTopology::from_configmap(cached.trimmed()).is_ok());
+        assert!(NodeTopology::from_configmap_data(cached.trimmed().data.as_ref()).is_ok());
     }
 }

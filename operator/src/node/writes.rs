@@ -7,11 +7,10 @@ use std::sync::Arc;
 use fakegpu_api::{
     GpuNodePool,
     dra::plugin_slice_name,
-    names::fakegpu::POOL_LABEL,
     nrt::NodeResourceTopology,
     pool::{Interfaces, resolve::ResolvedGpu},
-    topology::NodeTopology,
 };
+use fakegpu_model::{names::fakegpu::POOL_LABEL, topology::NodeTopology};
 use k8s_openapi::{
     api::{
         core::v1::{ConfigMap, Node},

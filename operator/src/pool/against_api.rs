@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use axum::http::Method;
-use fakegpu_api::{GpuNodePool, names::fakegpu::POOL_FINALIZER};
+use fakegpu_api::GpuNodePool;
+use fakegpu_model::names::fakegpu::POOL_FINALIZER;
 use serde_json::json;
 
 use super::reconcile;

@@ -15,7 +15,8 @@ use std::{
     sync::Arc,
 };
 
-use fakegpu_api::{GpuNodePool, names::fakegpu::POOL_LABEL};
+use fakegpu_api::GpuNodePool;
+use fakegpu_model::names::fakegpu::POOL_LABEL;
 use kube::{
     Resource, ResourceExt,
     runtime::reflector::{ObjectRef, Store},

@@ -11,10 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fakegpu_api::{
-    GpuNodePool,
-    names::fakegpu::{POOL_FINALIZER, POOL_LABEL},
-};
+use fakegpu_api::GpuNodePool;
+use fakegpu_model::names::fakegpu::{POOL_FINALIZER, POOL_LABEL};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, Resource, ResourceExt,

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use fakegpu_api::{
     GpuNodePool, GpuNodePoolStatus,
-    names::nvml::DRIVER_ROOT,
     pool::{Backend, PoolNodeStatus, ServingNodes, resolve::resolve_pool},
 };
+use fakegpu_model::names::nvml::DRIVER_ROOT;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::members::{Member, Members};

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use fakegpu_api::{
-    dra::{gpu_device_name, mig_device_name},
+use fakegpu_api::dra::{gpu_device_name, mig_device_name};
+use fakegpu_model::{
     names::resource,
     profiles::published_mig_name,
     topology::{GpuStatus, GpuTopology},
@@ -262,7 +262,7 @@ fn shared_slots(sharer: &GpuUser, slots: &[Slot<'_>], users: &[GpuUser]) -> Vec<
         .collect()
 }
 
-/// Pods asking for GPUs as an extended resource whose [`fakegpu_api::names::annotation::ASSIGNED_GPUS`] does not
+/// Pods asking for GPUs as an extended resource whose [`fakegpu_model::names::annotation::ASSIGNED_GPUS`] does not
 /// name what they hold now, with the list to write: `(namespace, pod, uuids)`. Pods that hold
 /// nothing yet (more asked for than is free) are left alone.
 pub fn unrecorded_assignments(
@@ -295,7 +295,7 @@ pub fn unrecorded_assignments(
 }
 
 /// Reservation pods that hold a GPU but do not say which yet (annotation
-/// [`fakegpu_api::names::annotation::RESERVED_GPU`]), with the UUID to write: `(namespace, pod, uuid)`.
+/// [`fakegpu_model::names::annotation::RESERVED_GPU`]), with the UUID to write: `(namespace, pod, uuid)`.
 pub fn unannounced_reservations(
     gpus: &[GpuTopology],
     users: &[GpuUser],

@@ -2,7 +2,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use fakegpu_api::topology::{GpuStatus, GpuTopology};
+use fakegpu_model::topology::{GpuStatus, GpuTopology};
 use k8s_openapi::api::{core::v1::Pod, resource::v1::ResourceClaim};
 use serde_json::json;
 
@@ -129,7 +129,7 @@ pub fn holders(gpus: &[GpuTopology]) -> Vec<&str> {
 pub fn partitioned() -> Vec<GpuTopology> {
     let mut topology = gpus(2);
     topology[0].mig_devices = [("3g.40gb", 9, 0), ("1g.10gb", 19, 4), ("1g.10gb", 19, 5)]
-        .map(|(profile, id, start)| fakegpu_api::topology::MigDevice {
+        .map(|(profile, id, start)| fakegpu_model::topology::MigDevice {
             uuid: format!("MIG-{start}"),
             profile: profile.into(),
             gi_profile_id: id,

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fakegpu_api::names::resource;
+use fakegpu_model::names::resource;
 use k8s_openapi::api::{
     core::v1::{Container, Pod},
     resource::v1::{DeviceRequestAllocationResult, ResourceClaim},

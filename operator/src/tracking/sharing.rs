@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use fakegpu_api::names::{annotation, label};
+use fakegpu_model::names::{annotation, label};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 

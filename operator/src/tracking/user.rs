@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fakegpu_api::{
+use fakegpu_model::{
     names::{annotation, condition},
     topology::{AllocatedBy, GpuStatus, PodGpuUsage},
 };

@@ -1,6 +1,6 @@
 //! How much of its GPUs a pod uses: its annotation, its workload type, the pool's default.
 
-use fakegpu_api::{
+use fakegpu_model::{
     names::{annotation, label},
     topology::{PodGpuUsage, UtilizationBounds},
     utilization::{UtilizationRange, UtilizationRangeError, WorkloadType},
@@ -114,7 +114,7 @@ const IDLE_POD_PREFIX: &str = "runai-idle-gpu-";
 mod tests {
     use serde_json::json;
 
-    use fakegpu_api::utilization::UtilizationRange;
+    use fakegpu_model::utilization::UtilizationRange;
 
     use crate::tracking::{fixtures::*, *};
 

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use fakegpu_api::{names::exporter::NODE_REPORT_PATH, report::NodeReport};
+use fakegpu_model::{names::exporter::NODE_REPORT_PATH, report::NodeReport};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -7,12 +7,12 @@
 use std::{collections::BTreeMap, net::TcpListener, path::PathBuf, process::Command};
 
 use anyhow::Context;
-use fakegpu_api::{
+use fakegpu_model::{
     profiles::{GpuProfile, PROFILES},
     report::NodeReport,
     topology::{AllocatedBy, CallerEnv, GpuStatus, MigDevice, PodGpuUsage, gpu_uuid, mig_uuid},
 };
-use fakegpu_node_agent::smi::Environment;
+use fakegpu_smi::Environment;
 
 mod common;
 
@@ -82,7 +82,7 @@ fn every_builtin_profile_matches_its_golden_output() -> anyhow::Result<()> {
 
 #[test]
 fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
-    let profile = fakegpu_api::profiles::profile("h100").context("h100 profile")?;
+    let profile = fakegpu_model::profiles::profile("h100").context("h100 profile")?;
     let url = serve(&report(profile))?;
     let pod = Environment {
         identity: CallerEnv {
@@ -137,7 +137,7 @@ fn a_pod_sees_its_own_gpus_memory_and_process() -> anyhow::Result<()> {
 
 #[test]
 fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
-    let profile = fakegpu_api::profiles::profile("a100-80gb").context("a100-80gb profile")?;
+    let profile = fakegpu_model::profiles::profile("a100-80gb").context("a100-80gb profile")?;
     let mut report = report(profile);
     report.topology.mig_strategy = "mixed".into();
     report.topology.gpus[1].mig_devices = [("3g.40gb", 0), ("1g.10gb", 4)]
@@ -202,7 +202,7 @@ fn mig_instances_are_listed_under_their_gpu() -> anyhow::Result<()> {
 
 #[test]
 fn errors_are_clear_and_exit_non_zero() -> anyhow::Result<()> {
-    let profile = fakegpu_api::profiles::profile("l40s").context("l40s profile")?;
+    let profile = fakegpu_model::profiles::profile("l40s").context("l40s profile")?;
     let url = serve(&report(profile))?;
     let env = environment(&url);
     let (code, _, err) = smi("--query-gpu=name,bogus.field --format=csv", &env);
@@ -243,7 +243,7 @@ fn the_binary_refuses_to_run_without_node_name() -> anyhow::Result<()> {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("NODE_NAME is not set"), "{stderr}");
     // With the environment a container gets, the binary prints the node's GPUs.
-    let profile = fakegpu_api::profiles::profile("t4").context("t4 profile")?;
+    let profile = fakegpu_model::profiles::profile("t4").context("t4 profile")?;
     let url = serve(&report(profile))?;
     let output = Command::new(env!("CARGO_BIN_EXE_nvidia-smi"))
         .arg("-L")
@@ -274,7 +274,7 @@ fn the_binary_refuses_to_run_without_node_name() -> anyhow::Result<()> {
 /// reached.
 #[test]
 fn the_document_in_the_container_serves_without_the_exporter() -> anyhow::Result<()> {
-    let profile = fakegpu_api::profiles::profile("h100").context("h100 profile")?;
+    let profile = fakegpu_model::profiles::profile("h100").context("h100 profile")?;
     // As the exporter publishes it: the pods' constant ranges (40 %) drawn, two on GPU 1.
     let served = NodeReport::drawn(NODE, &report(profile).topology, 0);
     let with_exporter = environment(&serve(&served)?);
@@ -339,10 +339,10 @@ async fn a_container_given_gpus_by_nvidia_s_toolkit_asks_the_driver_root_s_socke
 -> anyhow::Result<()> {
     use std::sync::Arc;
 
-    use fakegpu_api::names::{container_env, nvml};
+    use fakegpu_model::names::{container_env, nvml};
     use fakegpu_node_agent::document_socket::Served;
 
-    let profile = fakegpu_api::profiles::profile("t4").context("t4 profile")?;
+    let profile = fakegpu_model::profiles::profile("t4").context("t4 profile")?;
     let mut document = report(profile).topology;
     // GPU 2 is the container's: its pod holds it.
     document.gpus[2].status = GpuStatus {

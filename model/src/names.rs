@@ -239,7 +239,7 @@ pub mod annotation {
     /// agent's device plugin reports them so to the kubelet.
     pub const UNHEALTHY_GPUS: &str = "fakegpu.dev/unhealthy-gpus";
     /// Node annotation set by users to inject GPU faults: a JSON list of
-    /// [`crate::faults::GpuFault`]s (`[{"gpus": [1], "xid": 48}]`), after the pool's
+    /// `fakegpu_api::faults::GpuFault`s (`[{"gpus": [1], "xid": 48}]`), after the pool's
     /// `spec.faults`. The operator records them in the topology document.
     pub const GPU_FAULTS: &str = "fakegpu.dev/gpu-faults";
 
@@ -501,7 +501,7 @@ pub mod topology {
 }
 
 /// The per-node ConfigMap in which a node agent reports the devices the kubelet gave each
-/// container ([`crate::kubelet_devices::KubeletDevices`]). The kubelet, not fakegpu, picks the
+/// container (`fakegpu_api::kubelet_devices::KubeletDevices`). The kubelet, not fakegpu, picks the
 /// devices of an extended-resource request on a real node; the operator records pods on the
 /// GPUs this report names, so metrics and nvidia-smi agree with what the container sees.
 pub mod kubelet_devices {
@@ -656,7 +656,7 @@ pub mod container_env {
     pub const NVML_DIR_PATH: &str = "/run/fakegpu/nvml";
 }
 
-/// NVIDIA's ComputeDomains ([`crate::compute_domain`]): the names its DRA driver and
+/// NVIDIA's ComputeDomains (`fakegpu_api::compute_domain`): the names its DRA driver and
 /// controller use, which workloads and tools written for them match on.
 pub mod compute_domain {
     /// DRA driver of IMEX channels; DeviceClass selectors and claims' opaque configs name it.

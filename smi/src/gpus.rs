@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use fakegpu_api::{
+use fakegpu_model::{
     document_source,
     faults::GpuFaults,
     names::{container_env, nvml::TOPOLOGY_ENV},

@@ -10,7 +10,7 @@
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
 use anyhow::{Context, ensure};
-use fakegpu_api::{
+use fakegpu_model::{
     names::{
         container_env::{HOSTNAME, POD_UUID, VISIBLE_DEVICES},
         exporter,
@@ -22,7 +22,7 @@ use fakegpu_api::{
         CallerEnv, GpuStatus, MigDevice, PodGpuUsage, UtilizationBounds, gpu_uuid, mig_uuid,
     },
 };
-use fakegpu_node_agent::smi::Environment;
+use fakegpu_smi::Environment;
 
 mod common;
 

@@ -379,7 +379,7 @@ pub fn table(machine: &Machine, date: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::smi::gpus::Process;
+    use crate::gpus::Process;
 
     fn machine(driver: &str, name: &str) -> Machine {
         Machine {
@@ -441,7 +441,7 @@ mod tests {
     #[test]
     fn injected_faults_show_in_the_ecc_column_and_the_temperature() {
         let mut machine = machine("550.163.01", "NVIDIA H100 80GB HBM3");
-        machine.gpus[0].faults = fakegpu_api::faults::GpuFaults {
+        machine.gpus[0].faults = fakegpu_model::faults::GpuFaults {
             ecc_uncorrectable: 2,
             thermal_throttling: true,
             ..Default::default()
@@ -514,7 +514,7 @@ mod tests {
             memory_used: 107,
             bar1_total: 65535,
             multiprocessors: 42,
-            engines: fakegpu_api::profiles::MigEngines {
+            engines: fakegpu_model::profiles::MigEngines {
                 copy: 3,
                 decoder: 2,
                 ..Default::default()
@@ -557,7 +557,7 @@ mod tests {
         let mig = &mut machine.gpus[0].mig_devices[0];
         (mig.gpu_instance, mig.memory_total, mig.memory_used) = (7, 4864, 5);
         (mig.multiprocessors, mig.bar1_total) = (14, 8191);
-        mig.engines = fakegpu_api::profiles::MigEngines {
+        mig.engines = fakegpu_model::profiles::MigEngines {
             copy: 1,
             ..Default::default()
         };

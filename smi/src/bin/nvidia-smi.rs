@@ -1,10 +1,10 @@
 //! The fake nvidia-smi. The node agent's image carries it; the agent's DaemonSets copy it to
 //! the host, and the device plugin and the DRA plugin's CDI spec mount it at `/bin/nvidia-smi`
-//! in every container given GPUs. See [`fakegpu_node_agent::smi`].
+//! in every container given GPUs. See [`fakegpu_smi`].
 
 use std::process::ExitCode;
 
-use fakegpu_node_agent::smi::{self, Environment};
+use fakegpu_smi::{self as smi, Environment};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

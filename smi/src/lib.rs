@@ -2,7 +2,7 @@
 //!
 //! It reads its node's GPUs from the node's document that the node agent gives the container
 //! for the NVML library (`FAKEGPU_NVML_TOPOLOGY`), drawing each pod's utilization as the
-//! exporter does, or asks the exporter ([`fakegpu_api::report::NodeReport`]) without one or for
+//! exporter does, or asks the exporter ([`fakegpu_model::report::NodeReport`]) without one or for
 //! Knative request rates, so the utilization matches `DCGM_FI_DEV_GPU_UTIL` either way; it keeps
 //! the ones the container was given
 //! (`NVIDIA_VISIBLE_DEVICES`, set by the device plugin and the DRA plugin's CDI spec) and prints
@@ -17,7 +17,7 @@ mod table;
 
 use std::{io::Write, path::Path};
 
-use fakegpu_api::{report::NodeReport, topology::NodeTopology};
+use fakegpu_model::{report::NodeReport, topology::NodeTopology};
 
 pub use args::{Command, parse};
 pub use fetch::{FetchError, node_report};
@@ -103,7 +103,7 @@ fn report(env: &Environment, out: &mut dyn Write, err: &mut dyn Write) -> Result
 /// The node's GPUs in a container NVIDIA's toolkit gave GPUs: the driver-root agent's socket
 /// is all it has of the driver.
 fn socket_report(env: &Environment, socket: &Path, err: &mut dyn Write) -> Result<NodeReport, i32> {
-    let fetched = fakegpu_api::document_source::fetch(socket)
+    let fetched = fakegpu_model::document_source::fetch(socket)
         .and_then(|text| NodeTopology::from_yaml(&text).map_err(std::io::Error::other));
     match fetched {
         Ok(document) => {

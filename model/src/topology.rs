@@ -302,13 +302,12 @@ impl NodeTopology {
         major * 1000 + minor * 10
     }
 
-    /// Reads the document of a topology ConfigMap (key [`crate::names::topology::DATA_KEY`]).
-    pub fn from_configmap(
-        configmap: &k8s_openapi::api::core::v1::ConfigMap,
+    /// Reads the document of a topology ConfigMap from its data (key
+    /// [`crate::names::topology::DATA_KEY`]).
+    pub fn from_configmap_data(
+        data: Option<&BTreeMap<String, String>>,
     ) -> Result<Self, TopologyError> {
-        let text = configmap
-            .data
-            .as_ref()
+        let text = data
             .and_then(|data| data.get(crate::names::topology::DATA_KEY))
             .ok_or(TopologyError::MissingKey)?;
         Self::from_yaml(text)

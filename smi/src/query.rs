@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use fakegpu_api::telemetry;
+use fakegpu_model::telemetry;
 
 use super::{
     args::CsvFormat,

@@ -8,7 +8,7 @@ use std::{
     net::TcpListener,
 };
 
-use fakegpu_api::{
+use fakegpu_model::{
     profiles::GpuProfile,
     report::NodeReport,
     topology::{
@@ -16,7 +16,7 @@ use fakegpu_api::{
         UtilizationBounds, gpu_uuid, pci_address,
     },
 };
-use fakegpu_node_agent::smi::{self, Environment};
+use fakegpu_smi::{self as smi, Environment};
 
 pub const NODE: &str = "gpu-node-1";
 pub const DATE: &str = "Thu Dec  3 09:23:57 2026";
