@@ -6,6 +6,9 @@
 //! An import is a `use` of, or a path through, another module of the same crate (`crate::`,
 //! `super::`, `self::` or a child module's name), resolved to the file of the longest module
 //! path that has one; code after a file's `#[cfg(test)] mod tests` is a test's and left out.
+//!
+//! And the crates as layers: what GPU containers load (the NVML and CUDA libraries, nvidia-smi)
+//! is built from the serde-only model, with no Kubernetes client, TLS or async runtime in it.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -14,10 +17,12 @@ use std::{
 
 /// The crates whose library (or binary, where there is no library) is checked.
 const CRATES: &[&str] = &[
+    "model",
     "api",
     "runtime",
     "operator",
     "node-agent",
+    "smi",
     "exporter",
     "nvml",
     "cuda",
@@ -251,6 +256,94 @@ fn no_file_imports_a_file_that_imports_it() -> std::io::Result<()> {
     assert!(
         found.is_empty(),
         "files that import each other (move what both need into a file of its own): {found:#?}"
+    );
+    Ok(())
+}
+
+/// The packages a workspace package is built from (normal dependencies, transitively), by
+/// name, as `cargo metadata` resolves them from Cargo.lock for the platform the images are
+/// built for.
+fn built_from(workspace: &Path, package: &str) -> anyhow::Result<BTreeSet<String>> {
+    let output = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
+        .current_dir(workspace)
+        .output()?;
+    anyhow::ensure!(output.status.success(), "cargo metadata: {output:?}");
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let packages: BTreeMap<&str, &str> = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["id"].as_str()?, p["name"].as_str()?)))
+        .collect();
+    let nodes: BTreeMap<&str, Vec<&str>> = metadata["resolve"]["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|node| {
+            let normal = node["deps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|dep| {
+                    dep["dep_kinds"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|kind| kind["kind"].is_null())
+                })
+                .filter_map(|dep| dep["pkg"].as_str())
+                .collect();
+            Some((node["id"].as_str()?, normal))
+        })
+        .collect();
+    let root = packages
+        .iter()
+        .find(|(_, name)| **name == package)
+        .map(|(id, _)| *id)
+        .ok_or_else(|| anyhow::anyhow!("no package {package} in the workspace"))?;
+    let mut seen = BTreeSet::new();
+    let mut next = vec![root];
+    while let Some(id) = next.pop() {
+        for dep in nodes.get(id).into_iter().flatten() {
+            if seen.insert(packages.get(dep).copied().unwrap_or(dep).to_owned()) {
+                next.push(dep);
+            }
+        }
+    }
+    Ok(seen)
+}
+
+#[test]
+fn what_gpu_containers_load_is_built_from_the_model_alone() -> anyhow::Result<()> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e crate lies in the workspace");
+    // A Kubernetes client, TLS or an async runtime in them would be megabytes and minutes of
+    // build in every process that loads the libraries, for nothing they do.
+    let not_wanted = [
+        "fakegpu-api",
+        "kube",
+        "k8s-openapi",
+        "tokio",
+        "hyper",
+        "rustls",
+        "schemars",
+    ];
+    for package in [
+        "fakegpu-model",
+        "fakegpu-nvml",
+        "fakegpu-cuda",
+        "fakegpu-smi",
+    ] {
+        let deps = built_from(workspace, package)?;
+        let found: Vec<_> = not_wanted.iter().filter(|d| deps.contains(**d)).collect();
+        assert!(found.is_empty(), "{package} is built from {found:?}");
+    }
+    assert!(
+        built_from(workspace, "fakegpu-operator")?.contains("kube"),
+        "the check reads the dependency graph"
     );
     Ok(())
 }
