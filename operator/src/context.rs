@@ -24,38 +24,57 @@ use crate::{
     tracking::ReservationNamespaces,
 };
 
-/// What every reconcile may use: the client, the shared caches, and what the operator
-/// remembers between reconciles.
+/// What every reconcile may use, grouped by role: the client, the operator's settings, the
+/// shared caches, what it remembers between reconciles, what paces and confirms its writes, its
+/// Events and its metrics.
 pub struct Context {
     pub client: Client,
-    /// Namespace of the per-node topology ConfigMaps.
-    pub namespace: String,
+    pub settings: Settings,
     pub caches: Caches,
+    pub state: State,
+    pub writes: Writes,
     pub events: Events,
     pub metrics: Metrics,
-    /// Paces pool status writes (see [`crate::pacer`]).
-    pub pool_status_pacer: Pacer,
-    /// Paces the writes of pool statuses that only count joining nodes or allocated GPUs.
-    pub pool_counts_pacer: Pacer,
+}
+
+/// How the operator was started: fixed for its lifetime.
+#[derive(Debug)]
+pub struct Settings {
+    /// Namespace of the per-node topology ConfigMaps.
+    pub namespace: String,
+    /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
+    pub reservations: ReservationNamespaces,
+    /// Whether the `gpu.nvidia.com` DeviceClass names `nvidia.com/gpu` as its extended resource
+    /// (see [`crate::controllers::Features`]).
+    pub dra_extended_resource: bool,
+}
+
+/// What the operator remembers between reconciles, beside the caches.
+#[derive(Debug)]
+pub struct State {
     /// Each pool's nodes, updated node by node (see [`crate::pool::members`]).
     pub pool_members: Arc<MembersIndex>,
     /// What is wrong with nodes, for their pools' statuses: the last error of each node whose
     /// reconcile fails (cleared when one succeeds: it keeps the pool from getting ready), and
     /// the nodes whose GPUs pods overbook.
     pub node_problems: parking_lot::Mutex<NodeProblems>,
-    /// Writes sent whose watch events have not arrived yet (see [`crate::recent`]).
-    pub recent: Arc<RecentWrites>,
     /// PodGroups' priority classes, asked for as pods name them.
     pub pod_groups: PodGroups,
     /// Failures in a row per object, for the error policies' backoff (see [`crate::retry`]).
     pub retries: Retries,
+}
+
+/// What paces, orders and confirms the operator's writes.
+#[derive(Debug)]
+pub struct Writes {
+    /// Writes sent whose watch events have not arrived yet (see [`crate::recent`]).
+    pub recent: Arc<RecentWrites>,
+    /// Paces pool status writes (see [`crate::pacer`]).
+    pub pool_status: Pacer,
+    /// Paces the writes of pool statuses that only count joining nodes or allocated GPUs.
+    pub pool_counts: Pacer,
     /// Held while the DeviceClasses are compared and written (see [`crate::deviceclass::ensure`]).
-    pub device_class_writes: tokio::sync::Mutex<()>,
-    /// Where GPU-sharing schedulers (Run:ai, KAI) put their reservation pods.
-    pub reservations: ReservationNamespaces,
-    /// Whether the `gpu.nvidia.com` DeviceClass names `nvidia.com/gpu` as its extended resource
-    /// (see [`crate::controllers::Features`]).
-    pub dra_extended_resource: bool,
+    pub device_classes: tokio::sync::Mutex<()>,
 }
 
 /// The watch caches (reflector stores) reconciles read instead of asking the API server. Some
@@ -86,7 +105,7 @@ pub struct Caches {
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("namespace", &self.namespace)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }

@@ -28,8 +28,8 @@ use crate::{
     apply,
     cache::Cached,
     compute_domain,
-    context::Caches,
     context::Context,
+    context::{Caches, Settings, State, Writes},
     metrics::Metrics,
     node::{self, CachedNode},
     pacer::Pacer,
@@ -218,10 +218,19 @@ pub async fn run(
     };
 
     let ctx = Arc::new(Context {
-        pod_groups: crate::pod_groups::PodGroups::new(client.clone()),
         events: crate::events::Events::new(client.clone()),
+        state: State {
+            pool_members,
+            node_problems: Default::default(),
+            pod_groups: crate::pod_groups::PodGroups::new(client.clone()),
+            retries: Default::default(),
+        },
         client,
-        namespace,
+        settings: Settings {
+            namespace,
+            reservations: features.reservations,
+            dra_extended_resource: features.dra_extended_resource,
+        },
         caches: Caches {
             pools: pools.clone(),
             nodes: nodes.clone(),
@@ -235,16 +244,13 @@ pub async fn run(
             nrts: nrts.clone(),
             claim_templates,
         },
+        writes: Writes {
+            recent,
+            pool_status: Pacer::new(POOL_STATUS_INTERVAL),
+            pool_counts: Pacer::shared(POOL_COUNTS_INTERVAL, POOL_COUNTS_OVERALL),
+            device_classes: Default::default(),
+        },
         metrics: metrics.clone(),
-        pool_status_pacer: Pacer::new(POOL_STATUS_INTERVAL),
-        pool_counts_pacer: Pacer::shared(POOL_COUNTS_INTERVAL, POOL_COUNTS_OVERALL),
-        pool_members,
-        node_problems: Default::default(),
-        recent,
-        reservations: features.reservations,
-        dra_extended_resource: features.dra_extended_resource,
-        retries: Default::default(),
-        device_class_writes: Default::default(),
     });
     let node_store = nodes.clone();
     let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())
@@ -269,7 +275,7 @@ pub async fn run(
         .watches_shared_stream(
             own_echoes_dropped(
                 pod_changes(pods_for_nodes, pods.clone()),
-                ctx.recent.clone(),
+                ctx.writes.recent.clone(),
             ),
             |pod| {
                 pod.spec

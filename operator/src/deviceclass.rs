@@ -201,9 +201,12 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
     // Every pool's reconcile asks. While pools appear by the dozen, reconciles running side by
     // side each wrote the classes for the pools they had seen, older sets after newer ones;
     // one at a time, each compares the newest set with what was last written.
-    let _one_at_a_time = ctx.device_class_writes.lock().await;
+    let _one_at_a_time = ctx.writes.device_classes.lock().await;
     let api: Api<DeviceClass> = Api::all(ctx.client.clone());
-    let desired = desired_classes(&ctx.caches.pools.state(), ctx.dra_extended_resource);
+    let desired = desired_classes(
+        &ctx.caches.pools.state(),
+        ctx.settings.dra_extended_resource,
+    );
     for class in &desired {
         let name = class.name_any();
         let write = match ctx.caches.device_classes.get(&ObjectRef::new(&name)) {
@@ -218,7 +221,9 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                     "labels": class.metadata.labels,
                     "ownerReferences": class.metadata.owner_references,
                 }});
-                if apply::merge_patch_once::<DeviceClass>(&ctx.recent, &api, &name, &patch).await? {
+                if apply::merge_patch_once::<DeviceClass>(&ctx.writes.recent, &api, &name, &patch)
+                    .await?
+                {
                     info!(class = %name, "wrote DeviceClass owners");
                 }
             }
@@ -230,7 +235,8 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                     "metadata": object.metadata, "spec": object.spec,
                 });
                 // Until the watch shows this write, the same body is not sent again.
-                if apply::apply_once::<DeviceClass>(&ctx.recent, &api, &name, &patch).await? {
+                if apply::apply_once::<DeviceClass>(&ctx.writes.recent, &api, &name, &patch).await?
+                {
                     info!(class = %name, "wrote DeviceClass");
                 }
             }
@@ -246,7 +252,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                 .is_some_and(|c| is_ours(&c))
         {
             info!(class = %name, "no pool needs it: deleting DeviceClass");
-            apply::delete_once(&ctx.recent, &api, name).await?;
+            apply::delete_once(&ctx.writes.recent, &api, name).await?;
         }
     }
     Ok(())

@@ -164,7 +164,7 @@ where
                 .measure(controller, reconcile(object, ctx.clone()))
                 .await;
             if result.is_ok() {
-                ctx.retries.succeeded(controller, &key);
+                ctx.state.retries.succeeded(controller, &key);
             }
             result
         })

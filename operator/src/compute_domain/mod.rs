@@ -148,7 +148,7 @@ pub fn error_policy(
 ) -> Action {
     ctx.metrics.failed("compute-domain", error);
     warn!(domain = %domain.name_any(), %error, kind = error.metric_label(), "ComputeDomain reconcile failed");
-    crate::retry::after_failure(&ctx.retries, "compute-domain", domain.as_ref())
+    crate::retry::after_failure(&ctx.state.retries, "compute-domain", domain.as_ref())
 }
 
 /// The domain a claim made from a domain's template belongs to.

@@ -21,7 +21,7 @@ pub(super) fn give_what_the_kubelet_gave(
     let Some(configmap) = ctx
         .caches
         .kubelet_reports
-        .get(&ObjectRef::new(&name).within(&ctx.namespace))
+        .get(&ObjectRef::new(&name).within(&ctx.settings.namespace))
     else {
         return;
     };
@@ -130,6 +130,7 @@ pub(super) async fn annotate_pod(
     let now = std::time::Instant::now();
     let fingerprint = crate::recent::fingerprint(&(key, value));
     if ctx
+        .writes
         .recent
         .is_own_pending::<Pod>(Some(namespace), pod, fingerprint, now)
     {
@@ -143,7 +144,8 @@ pub(super) async fn annotate_pod(
             Ok(())
         }
         Ok(written) => {
-            ctx.recent
+            ctx.writes
+                .recent
                 .record_own(&written, fingerprint, std::time::Instant::now());
             Ok(())
         }

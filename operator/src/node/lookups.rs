@@ -12,7 +12,7 @@ use crate::{cache::Cached, context::Context};
 pub(super) fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<Cached<ConfigMap>>> {
     ctx.caches
         .configmaps
-        .get(&ObjectRef::new(&NodeTopology::configmap_name(node)).within(&ctx.namespace))
+        .get(&ObjectRef::new(&NodeTopology::configmap_name(node)).within(&ctx.settings.namespace))
 }
 
 /// GPUs of `node` that pods hold, as pod tracking last recorded it.

@@ -58,7 +58,7 @@ use writes::*;
 pub async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
     let name = node.name_any();
     let action = reconcile_node(node, ctx.clone()).await?;
-    ctx.node_problems.lock().failures.remove(&name);
+    ctx.state.node_problems.lock().failures.remove(&name);
     Ok(action)
 }
 
@@ -81,7 +81,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
                 .caches
                 .pods_by_node
                 .pods_on(&node.name_any(), &ctx.caches.pods);
-            let classes = ctx.pod_groups.priority_classes(&pods).await;
+            let classes = ctx.state.pod_groups.priority_classes(&pods).await;
             let (declared_faults, bad_faults) = faults::declared(&pool, &node);
             let choices = DeployChoices::of(node.labels());
             let served = interfaces::served(&pool, !has_kubelet(&node), &choices);
@@ -192,7 +192,7 @@ fn desired_topology(
                 claim,
                 defaults,
                 gpu.memory_mib,
-                &ctx.reservations,
+                &ctx.settings.reservations,
             )
         })
         .collect();
@@ -244,9 +244,10 @@ pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
     remove_nrt(ctx, &name, cached_nrt(ctx, &name).is_some()).await?;
     if cached_configmap(ctx, &name).is_some() {
         info!(node = %name, "removing topology ConfigMap");
-        let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        let configmaps: Api<ConfigMap> =
+            Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
         apply::delete_once(
-            &ctx.recent,
+            &ctx.writes.recent,
             &configmaps,
             &NodeTopology::configmap_name(&name),
         )
@@ -257,12 +258,13 @@ pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
 
 pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("node", error);
-    ctx.node_problems
+    ctx.state
+        .node_problems
         .lock()
         .failures
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
-    crate::retry::after_failure(&ctx.retries, "node", node.as_ref())
+    crate::retry::after_failure(&ctx.state.retries, "node", node.as_ref())
 }
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.

@@ -43,7 +43,7 @@ pub(super) async fn report_malformed_unhealthy(ctx: &Context, node: &CachedNode,
 
 /// Keeps the node's overbooking (the first problem, and how many) for its pool's status.
 pub(super) fn note_overbooking(ctx: &Context, node: &str, overbooked: &[tracking::Overbooking]) {
-    let mut problems = ctx.node_problems.lock();
+    let mut problems = ctx.state.node_problems.lock();
     match overbooked {
         [] => {
             problems.overbooked.remove(node);

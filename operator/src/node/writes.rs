@@ -107,7 +107,7 @@ pub(super) async fn apply_node(
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let same = status::node_patch(&intent.timeless(), &status::Leftovers::default(), None);
     // Other events of the node come before the cache shows this write: neither read nor log.
-    if apply::status_write_pending::<Node>(&ctx.recent, &name, &same) {
+    if apply::status_write_pending::<Node>(&ctx.writes.recent, &name, &same) {
         debug!(node = %name, "same node write already sent");
         return Ok(());
     }
@@ -127,7 +127,7 @@ pub(super) async fn apply_node(
             let leftovers = status::Leftovers::new(cached::OwnedStatus::of(node), &[], intent);
             status::node_patch(intent, &leftovers, None)
         };
-        match apply::patch_status_once(&ctx.recent, &nodes, &name, &patch, &same).await {
+        match apply::patch_status_once(&ctx.writes.recent, &nodes, &name, &patch, &same).await {
             Ok(written) => {
                 if written {
                     info!(node = %name, pool = intent.labels.get(POOL_LABEL).map(String::as_str), resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "wrote node labels and status");
@@ -226,14 +226,14 @@ pub(super) async fn sync_slice(
     match desired {
         None if current.is_some() => {
             info!(node, slice = name, "removing ResourceSlice");
-            apply::delete_once(&ctx.recent, &slices, name).await
+            apply::delete_once(&ctx.writes.recent, &slices, name).await
         }
         None => Ok(()),
         Some(desired) if current.is_some_and(|c| slice::slice_current(c.as_ref(), &desired)) => {
             Ok(())
         }
         Some(desired) => {
-            if apply::replace_once(&ctx.recent, &slices, name, &desired, exists).await? {
+            if apply::replace_once(&ctx.writes.recent, &slices, name, &desired, exists).await? {
                 info!(
                     node,
                     slice = name,
@@ -265,7 +265,7 @@ pub(super) async fn ensure_nrt(
         return Ok(());
     }
     let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    if apply::apply_once(&ctx.recent, &api, &name, &nrt::nrt_patch(&desired)).await? {
+    if apply::apply_once(&ctx.writes.recent, &api, &name, &nrt::nrt_patch(&desired)).await? {
         info!(node = %name, pool = %pool.name_any(), "wrote NodeResourceTopology");
     }
     Ok(())
@@ -277,7 +277,7 @@ pub(super) async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Resul
     }
     info!(node, "removing NodeResourceTopology");
     let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    apply::delete_once(&ctx.recent, &api, node).await
+    apply::delete_once(&ctx.writes.recent, &api, node).await
 }
 
 pub(super) async fn ensure_topology(
@@ -290,7 +290,7 @@ pub(super) async fn ensure_topology(
     let current = cached_configmap(ctx, &name);
     let allocated = tracking::allocated_count(&document.gpus);
     let desired = topology::desired_configmap(
-        &ctx.namespace,
+        &ctx.settings.namespace,
         node,
         &pool.name_any(),
         document.to_yaml()?,
@@ -300,9 +300,9 @@ pub(super) async fn ensure_topology(
     if current.is_some_and(|cm| topology::configmap_current(&cm, &desired)) {
         return Ok(());
     }
-    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
     let cm_name = NodeTopology::configmap_name(&name);
-    if apply::replace_once(&ctx.recent, &configmaps, &cm_name, &desired, exists).await? {
+    if apply::replace_once(&ctx.writes.recent, &configmaps, &cm_name, &desired, exists).await? {
         info!(node = %name, pool = %pool.name_any(), allocated, "wrote topology ConfigMap");
     }
     Ok(())

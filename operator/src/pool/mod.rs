@@ -56,15 +56,16 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     deviceclass::ensure(ctx).await?;
     // While nodes join, events come by the thousand; each status reads every node of the pool.
     let name = pool.name_any();
-    if let Some(wait) = ctx.pool_status_pacer.admit(&name, Instant::now()) {
+    if let Some(wait) = ctx.writes.pool_status.admit(&name, Instant::now()) {
         return Ok(Action::requeue(wait));
     }
     let now = Time(Timestamp::now());
     let foreign = deviceclass::foreign_classes(ctx);
     let allocated = |node: &str| node::allocated_gpus(ctx, node);
-    let problems = ctx.node_problems.lock().clone();
+    let problems = ctx.state.node_problems.lock().clone();
     let pools = ctx.caches.pools.state();
     let members = ctx
+        .state
         .pool_members
         .get(&name, &pools, &problems.failures, &ctx.caches.nodes);
     let desired = status::desired_status(pool, &members, &foreign, &problems, allocated, &now);
@@ -84,7 +85,7 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     // 20 pools joining 10 000 nodes they took a ninth of its CPU. Ready, a problem or a new
     // generation goes at once.
     if status::only_counts(pool.status.as_ref(), &desired)
-        && let Some(wait) = ctx.pool_counts_pacer.admit(&name, Instant::now())
+        && let Some(wait) = ctx.writes.pool_counts.admit(&name, Instant::now())
     {
         return Ok(Action::requeue(wait));
     }
@@ -112,8 +113,8 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
 async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
     let name = pool.name_any();
     info!(pool = %name, "pool deleted: releasing its nodes");
-    ctx.pool_status_pacer.forget(&name);
-    ctx.pool_counts_pacer.forget(&name);
+    ctx.writes.pool_status.forget(&name);
+    ctx.writes.pool_counts.forget(&name);
     for node in ctx.caches.nodes.state() {
         if node.labels().get(POOL_LABEL) == Some(&name) {
             // A node whose pods still hold claims is looked at again by the node controller.
@@ -126,7 +127,7 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
 pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("pool", error);
     warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
-    crate::retry::after_failure(&ctx.retries, "pool", pool.as_ref())
+    crate::retry::after_failure(&ctx.state.retries, "pool", pool.as_ref())
 }
 
 /// Pools a node event concerns: those that select it and the one it is labelled for.

@@ -15,7 +15,7 @@ use kube::{
 
 use crate::{
     cache::Cached,
-    context::{Caches, Context},
+    context::{Caches, Context, Settings, State, Writes},
     events::Events,
     metrics::Metrics,
     pacer::Pacer,
@@ -55,10 +55,19 @@ where
 pub fn context(client: Client, cluster: Cluster) -> Arc<Context> {
     let interval = std::time::Duration::from_millis(1);
     Arc::new(Context {
-        pod_groups: PodGroups::new(client.clone()),
         events: Events::new(client.clone()),
+        state: State {
+            pool_members: Default::default(),
+            node_problems: Default::default(),
+            pod_groups: PodGroups::new(client.clone()),
+            retries: Default::default(),
+        },
         client,
-        namespace: NAMESPACE.to_owned(),
+        settings: Settings {
+            namespace: NAMESPACE.to_owned(),
+            reservations: ReservationNamespaces::parse("runai-reservation"),
+            dra_extended_resource: true,
+        },
         caches: Caches {
             pools: store(cluster.pools),
             nodes: store(cluster.nodes.into_iter().map(Cached::new)),
@@ -72,15 +81,12 @@ pub fn context(client: Client, cluster: Cluster) -> Arc<Context> {
             nrts: None,
             claim_templates: cluster.claim_templates.map(store),
         },
+        writes: Writes {
+            recent: Default::default(),
+            pool_status: Pacer::new(interval),
+            pool_counts: Pacer::new(interval),
+            device_classes: Default::default(),
+        },
         metrics: Metrics::new().expect("metrics"),
-        pool_status_pacer: Pacer::new(interval),
-        pool_counts_pacer: Pacer::new(interval),
-        pool_members: Default::default(),
-        node_problems: Default::default(),
-        recent: Default::default(),
-        retries: Default::default(),
-        device_class_writes: Default::default(),
-        reservations: ReservationNamespaces::parse("runai-reservation"),
-        dra_extended_resource: true,
     })
 }
