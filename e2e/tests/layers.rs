@@ -195,8 +195,8 @@ fn resolve(
         .find(|prefix| modules.contains_key(prefix))
 }
 
-/// The pairs of files (relative to the workspace) that import each other.
-fn import_cycles(workspace: &Path) -> std::io::Result<BTreeSet<(String, String)>> {
+/// Each file (relative to the workspace) and the files of its crate it imports.
+fn file_imports(workspace: &Path) -> std::io::Result<BTreeMap<String, BTreeSet<String>>> {
     let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for krate in CRATES {
         let src = workspace.join(krate).join("src");
@@ -231,6 +231,12 @@ fn import_cycles(workspace: &Path) -> std::io::Result<BTreeSet<(String, String)>
             }
         }
     }
+    Ok(imports)
+}
+
+/// The pairs of files (relative to the workspace) that import each other.
+fn import_cycles(workspace: &Path) -> std::io::Result<BTreeSet<(String, String)>> {
+    let imports = file_imports(workspace)?;
     let mut cycles = BTreeSet::new();
     for (file, targets) in &imports {
         for target in targets {
@@ -344,6 +350,30 @@ fn what_gpu_containers_load_is_built_from_the_model_alone() -> anyhow::Result<()
     assert!(
         built_from(workspace, "fakegpu-operator")?.contains("kube"),
         "the check reads the dependency graph"
+    );
+    Ok(())
+}
+
+/// The operator's generic machinery (watch caches, the write path, pacing, retries, leader
+/// election, Events, conditions, metrics) knows nothing of GPUs or of the controllers that use
+/// it: it could be a crate of its own.
+#[test]
+fn the_operator_s_kit_imports_nothing_of_the_operator_outside_it() -> std::io::Result<()> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e crate lies in the workspace");
+    const KIT: &str = "operator/src/kit/";
+    let imports = file_imports(workspace)?;
+    assert!(workspace.join(KIT).join("mod.rs").exists(), "{KIT} is read");
+    let outside: BTreeSet<(&String, &String)> = imports
+        .iter()
+        .filter(|(file, _)| file.starts_with(KIT))
+        .flat_map(|(file, targets)| targets.iter().map(move |target| (file, target)))
+        .filter(|(_, target)| !target.starts_with(KIT))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "the kit imports the operator's own modules: {outside:#?}"
     );
     Ok(())
 }

@@ -1,26 +1,30 @@
 //! What every reconcile may use ([`Context`]): the client, the watch caches ([`Caches`]) and
-//! what the operator remembers between reconciles.
+//! what the operator remembers between reconciles; and `measured`, which runs a reconcile
+//! with them counted, timed and its retries reset.
 
 use std::sync::Arc;
 
 use fakegpu_api::GpuNodePool;
+use futures::future::BoxFuture;
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice},
 };
-use kube::{Client, runtime::reflector::Store};
+use kube::{
+    Client,
+    runtime::{controller::Action, reflector::Store},
+};
 
 use crate::{
-    cache::Cached,
-    events::Events,
-    metrics::Metrics,
+    error::Result,
+    kit::{
+        cache::Cached, events::Events, metrics::Metrics, pacer::Pacer, recent::RecentWrites,
+        retry::Retries,
+    },
     node::cached::CachedNode,
-    pacer::Pacer,
     pod_groups::PodGroups,
     pods::PodsByNode,
     pool::{members::MembersIndex, status::NodeProblems},
-    recent::RecentWrites,
-    retry::Retries,
     tracking::ReservationNamespaces,
 };
 
@@ -60,16 +64,16 @@ pub struct State {
     pub node_problems: parking_lot::Mutex<NodeProblems>,
     /// PodGroups' priority classes, asked for as pods name them.
     pub pod_groups: PodGroups,
-    /// Failures in a row per object, for the error policies' backoff (see [`crate::retry`]).
+    /// Failures in a row per object, for the error policies' backoff (see [`crate::kit::retry`]).
     pub retries: Retries,
 }
 
 /// What paces, orders and confirms the operator's writes.
 #[derive(Debug)]
 pub struct Writes {
-    /// Writes sent whose watch events have not arrived yet (see [`crate::recent`]).
+    /// Writes sent whose watch events have not arrived yet (see [`crate::kit::recent`]).
     pub recent: Arc<RecentWrites>,
-    /// Paces pool status writes (see [`crate::pacer`]).
+    /// Paces pool status writes (see [`crate::kit::pacer`]).
     pub pool_status: Pacer,
     /// Paces the writes of pool statuses that only count joining nodes or allocated GPUs.
     pub pool_counts: Pacer,
@@ -107,5 +111,30 @@ impl std::fmt::Debug for Context {
         f.debug_struct("Context")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
+    }
+}
+
+/// Wraps a reconcile function so that every run is counted and timed under `controller`.
+pub(crate) fn measured<K, F, Fut>(
+    controller: &'static str,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, Result<Action>>
+where
+    K: kube::Resource + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Result<Action>> + Send + 'static,
+{
+    move |object, ctx| {
+        let metrics = ctx.metrics.clone();
+        let key = crate::kit::retry::key(object.as_ref());
+        Box::pin(async move {
+            let result = metrics
+                .measure(controller, reconcile(object, ctx.clone()))
+                .await;
+            if result.is_ok() {
+                ctx.state.retries.succeeded(controller, &key);
+            }
+            result
+        })
     }
 }

@@ -1,5 +1,5 @@
 //! Wiring: which watch feeds which cache, and which controllers hear of which kind's events
-//! (the plumbing each kind goes through is [`crate::streams`]).
+//! (the plumbing each kind goes through is [`crate::kit::streams`]).
 
 use std::sync::Arc;
 
@@ -25,21 +25,23 @@ use kube::{
 use tracing::info;
 
 use crate::{
-    apply,
-    cache::Cached,
     compute_domain,
     context::Context,
-    context::{Caches, Settings, State, Writes},
-    metrics::Metrics,
+    context::{Caches, Settings, State, Writes, measured},
+    kit::{
+        apply,
+        cache::Cached,
+        metrics::Metrics,
+        pacer::Pacer,
+        recent::{RecentWrites, fingerprint},
+        streams::{
+            LIST_PAGE_SIZE, cached, cached_noting_own_writes, changes, confirm, fan_out, kept,
+            log_errors, log_outcome, others_changes, own_echoes_dropped, shared_touched,
+        },
+    },
     node::{self, CachedNode},
-    pacer::Pacer,
     pods::{self, PodsByNode},
     pool::{self, members::MembersIndex},
-    recent::{RecentWrites, fingerprint},
-    streams::{
-        LIST_PAGE_SIZE, cached, cached_noting_own_writes, changes, confirm, fan_out, kept,
-        log_errors, log_outcome, measured, others_changes, own_echoes_dropped, shared_touched,
-    },
     tracking,
 };
 
@@ -49,7 +51,7 @@ use crate::{
 /// keeps connections few and reused; the API server is the bottleneck either way.
 const NODE_CONCURRENCY: u16 = 64;
 
-/// At most one status write per pool per interval (see [`crate::pacer`]).
+/// At most one status write per pool per interval (see [`crate::kit::pacer`]).
 const POOL_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// At most one write per pool per interval of a status that only counts joining nodes or
@@ -218,7 +220,7 @@ pub async fn run(
     };
 
     let ctx = Arc::new(Context {
-        events: crate::events::Events::new(client.clone()),
+        events: crate::kit::events::Events::new(client.clone()),
         state: State {
             pool_members,
             node_problems: Default::default(),

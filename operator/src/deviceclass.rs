@@ -29,7 +29,7 @@ use k8s_openapi::{
 use kube::{Api, Resource, ResourceExt, api::ObjectMeta, runtime::reflector::ObjectRef};
 use tracing::info;
 
-use crate::{apply, context::Context, error::Result};
+use crate::{context::Context, error::Result, kit::apply};
 
 /// The names of every class fakegpu may create.
 const CLASSES: [&str; 3] = [

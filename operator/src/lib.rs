@@ -8,29 +8,19 @@
 //! - [`compute_domain`]: per ComputeDomain, its ResourceClaimTemplate and status.
 //!
 //! Each concern keeps its desired state in pure functions (unit tested without a cluster) and
-//! writes through [`apply`], which skips writes when the cache already shows the desired state.
+//! writes through [`kit::apply`], which skips writes when the cache already shows the desired state.
 
-pub mod apply;
-pub mod cache;
 pub mod compute_domain;
-pub mod conditions;
 pub mod context;
 pub mod controllers;
 pub mod deviceclass;
 pub mod error;
-pub mod events;
-pub mod leader;
+pub mod kit;
 pub mod membership;
-pub mod metrics;
 pub mod node;
-pub mod pacer;
 pub mod pod_groups;
 pub mod pods;
 pub mod pool;
-pub mod recent;
-pub mod retry;
-pub mod served;
-pub mod streams;
 #[cfg(test)]
 mod testing;
 pub mod tracking;

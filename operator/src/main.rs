@@ -9,6 +9,7 @@
 use anyhow::Context as _;
 use std::{process::ExitCode, time::Duration};
 
+use fakegpu_api::nrt;
 use fakegpu_model::names::fakegpu::{
     DEFAULT_NAMESPACE, DEFAULT_OPERATOR_HTTP_ADDR, DEFAULT_RESERVATION_NAMESPACES,
     DRA_EXTENDED_RESOURCE_ENV, IDENTITY_ENV, LEADER_ELECTION_ENV, LEADER_LEASE, NAMESPACE_ENV,
@@ -16,8 +17,10 @@ use fakegpu_model::names::fakegpu::{
 };
 use fakegpu_operator::{
     controllers,
-    leader::{LeaderElector, LeaseSettings},
-    metrics::Metrics,
+    kit::{
+        leader::{LeaderElector, LeaseSettings},
+        metrics::Metrics,
+    },
     tracking::ReservationNamespaces,
 };
 use fakegpu_runtime::{env_or, exit, init_tracing, until_ok, version_requested};
@@ -75,7 +78,13 @@ async fn operate(client: kube::Client, namespace: String, metrics: &Metrics) -> 
         Ok("false") => false,
         Ok("auto") | Err(_) => {
             let served = until_ok("asking whether NodeResourceTopology is served", || {
-                fakegpu_operator::served::serves_node_resource_topology(&client)
+                // Its CRD is in the bundle, or a topology exporter installed it.
+                fakegpu_operator::kit::served::serves(
+                    &client,
+                    nrt::GROUP,
+                    nrt::VERSION,
+                    nrt::PLURAL,
+                )
             })
             .await;
             if !served {

@@ -6,7 +6,7 @@ use fakegpu_api::GpuNodePool;
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use serde_json::{Value, json};
 
-use crate::{cache::Cached, node::CachedNode};
+use crate::{kit::cache::Cached, node::CachedNode};
 
 pub mod api_server;
 pub mod context;

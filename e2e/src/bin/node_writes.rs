@@ -18,7 +18,7 @@ use fakegpu_api::{GpuNodePool, pool::resolve::resolve_pool};
 use fakegpu_e2e::{admin_client, cluster_dir, create_kwok_node, process_usage};
 use fakegpu_model::names::FIELD_MANAGER;
 use fakegpu_operator::{
-    cache::Cached,
+    kit::cache::Cached,
     node::{
         labels::desired_labels,
         status::{Leftovers, NodeIntent, desired_fractioning, desired_resources, node_patch},

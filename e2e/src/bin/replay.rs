@@ -29,7 +29,7 @@ use std::{
 
 use anyhow::{Context, bail, ensure};
 use fakegpu_e2e::audit::{self, Request, Write};
-use fakegpu_operator::apply::METADATA_ONLY;
+use fakegpu_operator::kit::apply::METADATA_ONLY;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, api::ListParams};

@@ -31,7 +31,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{apply, context::Context, error::Error, error::Result};
+use crate::{context::Context, error::Result, kit::apply};
 
 pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
     if domain.metadata.deletion_timestamp.is_some() {
@@ -98,15 +98,15 @@ async fn ensure_template(
             match apply::apply(&api, &name, &desired).await {
                 Ok(_) => Ok(None),
                 // The API server refuses the template itself (422): retrying cannot help.
-                Err(Error::Kube(kube::Error::Api(refusal))) if refusal.code == 422 => Ok(Some(
+                Err(kube::Error::Api(refusal)) if refusal.code == 422 => Ok(Some(
                     status::TemplateProblem::refused(&name, &refusal.message),
                 )),
                 // The namespace is being deleted, and the domain with it.
-                Err(Error::Kube(error)) if apply::namespace_terminating(&error) => {
+                Err(error) if apply::namespace_terminating(&error) => {
                     info!(domain = %domain.name_any(), %namespace, template = %name, "namespace terminating; no template written");
                     Ok(None)
                 }
-                Err(error) => Err(error),
+                Err(error) => Err(error.into()),
             }
         }
     }
@@ -132,9 +132,8 @@ async fn ensure_status(
         "kind": ComputeDomain::kind(&()),
         "status": desired,
     });
-    apply::apply_status(&api, &domain.name_any(), &patch)
-        .await
-        .map(drop)
+    apply::apply_status(&api, &domain.name_any(), &patch).await?;
+    Ok(())
 }
 
 fn reference(domain: &ComputeDomain) -> ObjectReference {
@@ -146,9 +145,9 @@ pub fn error_policy(
     error: &crate::error::Error,
     ctx: Arc<Context>,
 ) -> Action {
-    ctx.metrics.failed("compute-domain", error);
+    ctx.metrics.failed("compute-domain", error.metric_label());
     warn!(domain = %domain.name_any(), %error, kind = error.metric_label(), "ComputeDomain reconcile failed");
-    crate::retry::after_failure(&ctx.state.retries, "compute-domain", domain.as_ref())
+    crate::kit::retry::after_failure(&ctx.state.retries, "compute-domain", domain.as_ref())
 }
 
 /// The domain a claim made from a domain's template belongs to.
@@ -165,7 +164,7 @@ pub fn domain_of_template(template: &ResourceClaimTemplate) -> Option<ObjectRef<
 
 /// Whether the cluster serves ComputeDomains.
 pub async fn served(client: &Client) -> anyhow::Result<bool> {
-    crate::served::serves(client, GROUP, VERSION, PLURAL).await
+    crate::kit::served::serves(client, GROUP, VERSION, PLURAL).await
 }
 
 /// The domain and template caches and their watches, made before the shared [`Context`] (which
@@ -189,20 +188,20 @@ impl Watches {
     pub fn new(client: &Client) -> Self {
         let (domains, domain_writer) = reflector::store::<ComputeDomain>();
         let (templates, template_writer) = reflector::store::<ResourceClaimTemplate>();
-        let domain_events = crate::streams::cached(
+        let domain_events = crate::kit::streams::cached(
             Api::all(client.clone()),
             watcher::Config::default(),
             domain_writer,
-            crate::streams::kept(apply::drop_managed_fields),
+            crate::kit::streams::kept(apply::drop_managed_fields),
         );
-        let (drive_domains, [domain_events]) = crate::streams::fan_out(domain_events);
-        let template_events = crate::streams::cached(
+        let (drive_domains, [domain_events]) = crate::kit::streams::fan_out(domain_events);
+        let template_events = crate::kit::streams::cached(
             Api::all(client.clone()),
             watcher::Config::default().labels(names::TEMPLATE_LABEL),
             template_writer,
-            crate::streams::kept(apply::drop_managed_fields),
+            crate::kit::streams::kept(apply::drop_managed_fields),
         );
-        let (drive_templates, [template_events]) = crate::streams::fan_out(template_events);
+        let (drive_templates, [template_events]) = crate::kit::streams::fan_out(template_events);
         Self {
             domains,
             templates,
@@ -227,11 +226,11 @@ impl Watches {
             .watches_shared_stream(claims, |c| domain_of_claim(&c))
             .shutdown_on_signal()
             .run(
-                crate::streams::measured("compute-domain", reconcile),
+                crate::context::measured("compute-domain", reconcile),
                 error_policy,
                 ctx,
             )
-            .for_each(|result| crate::streams::log_outcome("compute-domain", result))
+            .for_each(|result| crate::kit::streams::log_outcome("compute-domain", result))
             .await;
         Ok(())
     }

@@ -12,7 +12,7 @@ use fakegpu_model::names::compute_domain as names;
 use k8s_openapi::{api::resource::v1::ResourceClaim, apimachinery::pkg::apis::meta::v1::Time};
 use kube::ResourceExt;
 
-use crate::conditions::{STALLED, condition, stamp};
+use crate::kit::conditions::{STALLED, condition, stamp};
 
 /// The domain's condition, True once `numNodes` nodes host it.
 pub const READY: &str = "Ready";

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
 use tracing::{debug, info, warn};
 
-use crate::{apply, context::Context, error::Error, error::Result, tracking};
+use crate::{context::Context, error::Result, kit::apply, tracking};
 
 /// The devices the node's kubelet gave each pod, from the report of its node agent (a real
 /// node serving the device plugin; KWOK nodes have none). A report that cannot be read counts
@@ -128,7 +128,7 @@ pub(super) async fn annotate_pod(
         return Ok(());
     }
     let now = std::time::Instant::now();
-    let fingerprint = crate::recent::fingerprint(&(key, value));
+    let fingerprint = crate::kit::recent::fingerprint(&(key, value));
     if ctx
         .writes
         .recent
@@ -139,7 +139,7 @@ pub(super) async fn annotate_pod(
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     match apply::annotate(&pods, pod, key, value).await {
-        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
             debug!(node, %namespace, %pod, "pod gone before its annotation was written");
             Ok(())
         }
@@ -149,6 +149,6 @@ pub(super) async fn annotate_pod(
                 .record_own(&written, fingerprint, std::time::Instant::now());
             Ok(())
         }
-        Err(error) => Err(error),
+        Err(error) => Err(error.into()),
     }
 }

@@ -12,8 +12,8 @@ use k8s_openapi::{
 use kube::ResourceExt;
 
 use crate::{
-    apply::{keys_only_ours, names_only_ours},
-    cache::{Cached, Digest, HasMeta, Trim},
+    kit::apply::{keys_only_ours, names_only_ours},
+    kit::cache::{Cached, Digest, HasMeta, Trim},
 };
 
 /// A node as the node cache holds it (see [`Trim for Node`](#impl-Trim-for-Node)).

@@ -113,7 +113,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        cache::Cached,
+        kit::cache::Cached,
         testing::{pool, time},
     };
 

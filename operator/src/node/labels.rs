@@ -13,7 +13,7 @@ use fakegpu_model::{
 use kube::ResourceExt;
 
 use super::{cached::CachedNode, interfaces::DeployChoices};
-use crate::cache::same_content;
+use crate::kit::cache::same_content;
 
 /// Desired labels of a node owned by `pool` that serves `served` of its interfaces (see
 /// [`super::interfaces`]). `has_kubelet` is false for KWOK nodes, which get no deploy labels
@@ -215,7 +215,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
 
     use super::*;
-    use crate::cache::Cached;
+    use crate::kit::cache::Cached;
     use crate::node::cached::only_ours;
 
     fn pool(spec: serde_json::Value) -> std::sync::Arc<GpuNodePool> {

@@ -7,7 +7,7 @@ use fakegpu_model::topology::NodeTopology;
 use k8s_openapi::api::{core::v1::ConfigMap, resource::v1::ResourceSlice};
 use kube::runtime::reflector::ObjectRef;
 
-use crate::{cache::Cached, context::Context};
+use crate::{context::Context, kit::cache::Cached};
 
 pub(super) fn cached_configmap(ctx: &Context, node: &str) -> Option<Arc<Cached<ConfigMap>>> {
     ctx.caches

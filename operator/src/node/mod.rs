@@ -39,10 +39,10 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    apply,
     context::Context,
     error::Error,
     error::Result,
+    kit::apply,
     membership,
     pod_groups::{PodGroupKey, pod_group_of},
     tracking,
@@ -257,14 +257,14 @@ pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
 }
 
 pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed("node", error);
+    ctx.metrics.failed("node", error.metric_label());
     ctx.state
         .node_problems
         .lock()
         .failures
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
-    crate::retry::after_failure(&ctx.state.retries, "node", node.as_ref())
+    crate::kit::retry::after_failure(&ctx.state.retries, "node", node.as_ref())
 }
 
 /// Nodes a pool event concerns: those it selects and those it labelled before.
@@ -284,7 +284,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
 
     use super::*;
-    use crate::cache::Cached;
+    use crate::kit::cache::Cached;
 
     #[test]
     fn unhealthy_gpus_beyond_the_node_or_not_indices_are_set_apart() {

@@ -188,7 +188,7 @@ mod tests {
     use crate::{node::topology::fresh_document, testing::pool};
 
     fn node() -> CachedNode {
-        crate::cache::Cached::new(
+        crate::kit::cache::Cached::new(
             serde_json::from_value(json!({"metadata": {"name": "n", "uid": "u"},
                 "status": {"allocatable": {"cpu": "1k", "memory": "1Ti"}}}))
             .expect("test node"),

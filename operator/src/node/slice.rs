@@ -16,8 +16,8 @@ use k8s_openapi::api::resource::v1::{ResourceSlice, ResourceSliceSpec};
 use kube::{Resource, ResourceExt};
 
 use crate::{
-    apply,
-    cache::{Cached, Digest, Trim},
+    kit::apply,
+    kit::cache::{Cached, Digest, Trim},
 };
 
 /// Name of a KWOK node's GPU slice, as the reference names it.

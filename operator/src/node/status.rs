@@ -368,7 +368,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        cache::Cached,
+        kit::cache::Cached,
         testing::{pool, time},
     };
 

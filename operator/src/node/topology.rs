@@ -20,8 +20,8 @@ use kube::{Resource, ResourceExt, api::ObjectMeta};
 use serde::Serialize;
 
 use crate::{
-    apply,
-    cache::{Cached, Digest, Trim, same_content},
+    kit::apply,
+    kit::cache::{Cached, Digest, Trim, same_content},
 };
 
 /// NUMA zone of each GPU index: `gpusPerZone` when given, else an even spread with the first

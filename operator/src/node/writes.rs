@@ -30,7 +30,7 @@ use super::{
     lookups::*,
     nrt, slice, status, topology,
 };
-use crate::{apply, cache::Cached, context::Context, error::Error, error::Result, tracking};
+use crate::{context::Context, error::Result, kit::apply, kit::cache::Cached, tracking};
 
 /// The pool a node serves and what of it the node serves (see [`super::interfaces`]).
 #[derive(Clone, Copy)]
@@ -135,17 +135,17 @@ pub(super) async fn apply_node(
                 return Ok(());
             }
             // A patch never creates: a node deleted meanwhile answers 404.
-            Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+            Err(kube::Error::Api(status)) if status.code == 404 => {
                 debug!(node = %name, "node is gone; nothing to write");
                 return Ok(());
             }
-            Err(Error::Kube(kube::Error::Api(status)))
+            Err(kube::Error::Api(status))
                 if status.code == 409 && attempts < NODE_PATCH_ATTEMPTS =>
             {
                 debug!(node = %name, "node changed since it was read; reading it again");
                 attempts += 1;
             }
-            Err(error) => return Err(error),
+            Err(error) => return Err(error.into()),
         }
     }
 }
@@ -226,7 +226,7 @@ pub(super) async fn sync_slice(
     match desired {
         None if current.is_some() => {
             info!(node, slice = name, "removing ResourceSlice");
-            apply::delete_once(&ctx.writes.recent, &slices, name).await
+            Ok(apply::delete_once(&ctx.writes.recent, &slices, name).await?)
         }
         None => Ok(()),
         Some(desired) if current.is_some_and(|c| slice::slice_current(c.as_ref(), &desired)) => {
@@ -277,7 +277,7 @@ pub(super) async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Resul
     }
     info!(node, "removing NodeResourceTopology");
     let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    apply::delete_once(&ctx.writes.recent, &api, node).await
+    Ok(apply::delete_once(&ctx.writes.recent, &api, node).await?)
 }
 
 pub(super) async fn ensure_topology(

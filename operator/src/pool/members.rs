@@ -23,9 +23,9 @@ use kube::{
 };
 
 use crate::{
+    kit::recent::fingerprint,
     membership::Selectors,
     node::{CachedNode, has_kubelet, interfaces::DeployChoices},
-    recent::fingerprint,
 };
 
 /// One node carrying the pool's label.

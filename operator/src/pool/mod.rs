@@ -26,7 +26,9 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::node::CachedNode;
-use crate::{apply, context::Context, deviceclass, error::Error, error::Result, membership, node};
+use crate::{
+    context::Context, deviceclass, error::Error, error::Result, kit::apply, membership, node,
+};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -125,9 +127,9 @@ async fn cleanup(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
 }
 
 pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed("pool", error);
+    ctx.metrics.failed("pool", error.metric_label());
     warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
-    crate::retry::after_failure(&ctx.state.retries, "pool", pool.as_ref())
+    crate::kit::retry::after_failure(&ctx.state.retries, "pool", pool.as_ref())
 }
 
 /// Pools a node event concerns: those that select it and the one it is labelled for.

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::members::{Member, Members};
 use crate::{
-    conditions::{STALLED, condition, stamp},
+    kit::conditions::{STALLED, condition, stamp},
     membership,
     node::interfaces,
 };
@@ -621,7 +621,7 @@ mod tests {
             )
         };
         // No KWOK annotation: a node with a kubelet.
-        let kubelet_node: CachedNode = crate::cache::Cached::new(
+        let kubelet_node: CachedNode = crate::kit::cache::Cached::new(
             serde_json::from_value(json!({"metadata": {"name": "real", "labels":
                 {"run.ai/simulated-gpu-node-pool": "a", "fakegpu.dev/pool": "a"}}}))
             .expect("test node"),

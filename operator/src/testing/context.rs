@@ -14,11 +14,11 @@ use kube::{
 };
 
 use crate::{
-    cache::Cached,
     context::{Caches, Context, Settings, State, Writes},
-    events::Events,
-    metrics::Metrics,
-    pacer::Pacer,
+    kit::cache::Cached,
+    kit::events::Events,
+    kit::metrics::Metrics,
+    kit::pacer::Pacer,
     pod_groups::PodGroups,
     tracking::ReservationNamespaces,
 };

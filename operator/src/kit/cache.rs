@@ -150,7 +150,7 @@ impl Digest {
     pub fn of(value: &impl Serialize) -> Self {
         // Serialized, as the Kubernetes types do not implement Hash; their maps serialize in
         // key order, so equal values give equal bytes.
-        Self(crate::recent::fingerprint(value))
+        Self(crate::kit::recent::fingerprint(value))
     }
 }
 

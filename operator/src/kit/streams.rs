@@ -4,27 +4,24 @@
 //! status, a deleted topology ConfigMap must be written again) -> a fan-out (`fan_out`) to
 //! the controllers that need the events. kube's shared-store subscriptions were not used: they
 //! pass on applied objects only, and under load a pool deletion was seen to go unnoticed
-//! through them. Which kind feeds which controller is wired in [`crate::controllers`].
+//! through them. Which kind feeds which controller is the operator's wiring.
 
 use std::{collections::HashMap, sync::Arc};
 
-use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc, future, future::BoxFuture, stream};
+use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc, future, stream};
 use kube::{
     Api, ResourceExt,
     runtime::{
-        WatchStreamExt,
-        controller::{self, Action},
+        WatchStreamExt, controller,
         reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
 use tracing::warn;
 
-use crate::{
+use crate::kit::{
     cache::{Cached, Trim},
-    context::Context,
     recent::{RecentWrites, scoped_name},
-    retry,
 };
 
 /// Objects per page of a watcher's initial list. A page arrives and is decoded whole before the
@@ -33,7 +30,7 @@ use crate::{
 pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 
 /// One kind's watch feeding its cache: every object applied or deleted, as `keep` makes it for
-/// the cache (trimmed to what the controllers read: [`kept`], or [`crate::cache::Cached`]).
+/// the cache (trimmed to what the controllers read: [`kept`], or [`crate::kit::cache::Cached`]).
 /// Watch errors are logged and retried with backoff.
 pub(crate) fn cached<K, C>(
     api: Api<K>,
@@ -137,38 +134,13 @@ where
 }
 
 /// Tells `recent` of every object a watch delivers, so that writes the cache now shows are no
-/// longer held back (see [`crate::recent`]). Runs after the cache took the object and before
+/// longer held back (see [`crate::kit::recent`]). Runs after the cache took the object and before
 /// the controllers hear of it.
 pub(crate) fn confirm<K: kube::Resource<DynamicType = ()>>(
     recent: &Arc<RecentWrites>,
 ) -> impl Fn(&Arc<K>) + use<K> {
     let recent = recent.clone();
     move |object| recent.seen(object.as_ref())
-}
-
-/// Wraps a reconcile function so that every run is counted and timed under `controller`.
-pub(crate) fn measured<K, F, Fut>(
-    controller: &'static str,
-    reconcile: F,
-) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, crate::error::Result<Action>>
-where
-    K: kube::Resource + Send + Sync + 'static,
-    F: Fn(Arc<K>, Arc<Context>) -> Fut + Copy + Send + 'static,
-    Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
-{
-    move |object, ctx| {
-        let metrics = ctx.metrics.clone();
-        let key = retry::key(object.as_ref());
-        Box::pin(async move {
-            let result = metrics
-                .measure(controller, reconcile(object, ctx.clone()))
-                .await;
-            if result.is_ok() {
-                ctx.state.retries.succeeded(controller, &key);
-            }
-            result
-        })
-    }
 }
 
 /// Passes an object on only when `fingerprint` of it changed, it is seen for the first time,
@@ -394,7 +366,7 @@ mod tests {
 
     #[tokio::test]
     async fn echoes_of_fakegpu_s_own_writes_are_dropped() {
-        use crate::recent::Target;
+        use crate::kit::recent::Target;
         let at = |name: &str, version: &str| {
             let mut object = cm(name);
             object.metadata.resource_version = Some(version.to_owned());

@@ -13,16 +13,13 @@ use std::{collections::BTreeSet, sync::LazyLock, time::Instant};
 
 use fakegpu_model::names::{FIELD_MANAGER, metric};
 use kube::{
-    Api, Resource,
+    Api, Resource, Result,
     api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams},
 };
 use prometheus::{IntCounterVec, Opts};
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{
-    error::Result,
-    recent::{RecentWrites, Target, fingerprint},
-};
+use crate::kit::recent::{RecentWrites, Target, fingerprint};
 
 /// Whether the API server refused a write because its namespace is being deleted
 /// (NamespaceLifecycle: no new objects there): the namespace's objects are going with it, so
@@ -36,7 +33,7 @@ pub fn namespace_terminating(error: &kube::Error) -> bool {
 
 /// Every write the operator makes, by kind and verb: the number that idempotence and the scale
 /// benchmark are about. Process-wide because every write path goes through here; registered in
-/// the operator's registry by [`crate::metrics::Metrics::new`].
+/// the operator's registry by [`crate::kit::metrics::Metrics::new`].
 #[allow(clippy::expect_used)] // Constant name and labels; the metrics unit test builds it.
 pub static WRITES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     IntCounterVec::new(
@@ -75,7 +72,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     count::<K>("apply");
-    Ok(api.patch(name, &params(), &Patch::Apply(object)).await?)
+    api.patch(name, &params(), &Patch::Apply(object)).await
 }
 
 /// Server-side applies the status subresource.
@@ -88,9 +85,8 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     count::<K>("apply-status");
-    Ok(api
-        .patch_status(name, &params(), &Patch::Apply(object))
-        .await?)
+    api.patch_status(name, &params(), &Patch::Apply(object))
+        .await
 }
 
 /// What fakegpu asks the API server to answer a write with: the object's metadata, which is
@@ -112,7 +108,7 @@ where
         http::header::ACCEPT,
         http::HeaderValue::from_static(METADATA_ONLY),
     );
-    Ok(api.clone().into_client().request(request).await?)
+    api.clone().into_client().request(request).await
 }
 
 /// Requests to `api`'s resource.
@@ -163,7 +159,7 @@ where
     if !exists {
         count::<K>("create");
         match metadata_answer(api, create()).await {
-            Err(crate::error::Error::Kube(kube::Error::Api(status))) if status.code == 409 => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
             written => return written,
         }
     }
@@ -171,7 +167,7 @@ where
     let replace = request_for(api).replace(name, &params, body.clone());
     match metadata_answer(api, replace).await {
         // Deleted since the cache saw it.
-        Err(crate::error::Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
             count::<K>("create");
             metadata_answer(api, create()).await
         }
@@ -190,9 +186,8 @@ where
 {
     count::<K>("merge-patch");
     let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
-    Ok(api
-        .patch(name, &patch_params(), &Patch::Merge(&patch))
-        .await?)
+    api.patch(name, &patch_params(), &Patch::Merge(&patch))
+        .await
 }
 
 /// A JSON merge patch of `patch` as [`FIELD_MANAGER`], unless `recent` shows the same patch
@@ -210,11 +205,7 @@ where
 {
     count::<K>("merge-patch");
     let target = Target::new::<K>(name, None);
-    let write = async {
-        Ok(api
-            .patch(name, &patch_params(), &Patch::Merge(patch))
-            .await?)
-    };
+    let write = async { api.patch(name, &patch_params(), &Patch::Merge(patch)).await };
     Ok(once(recent, target, fingerprint(patch), write)
         .await?
         .is_some())
@@ -342,7 +333,7 @@ where
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(error) => Err(error.into()),
+        Err(error) => Err(error),
     }
 }
 
@@ -418,7 +409,7 @@ mod tests {
         for (answer, terminating) in [(403, true), (422, false), (500, false)] {
             let (written, _) = replace_against(&[answer], false).await;
             match written {
-                Err(crate::error::Error::Kube(error)) => {
+                Err(error) => {
                     assert_eq!(namespace_terminating(&error), terminating, "{answer}")
                 }
                 other => panic!("{answer}: {other:?}"),
@@ -477,9 +468,7 @@ mod tests {
     #[tokio::test]
     async fn replace_passes_other_failures_on() {
         let (written, seen) = replace_against(&[403], true).await;
-        assert!(
-            matches!(written, Err(crate::error::Error::Kube(kube::Error::Api(s))) if s.code == 403)
-        );
+        assert!(matches!(written, Err(kube::Error::Api(s)) if s.code == 403));
         assert_eq!(seen.len(), 1, "a refused write is not retried as a create");
     }
 

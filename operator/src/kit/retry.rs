@@ -41,7 +41,7 @@ impl Retries {
     }
 }
 
-/// How [`crate::retry::Retries`] knows an object: `namespace/name`, or `name`.
+/// How [`crate::kit::retry::Retries`] knows an object: `namespace/name`, or `name`.
 pub fn key<K: kube::Resource>(object: &K) -> String {
     match object.meta().namespace.as_deref() {
         Some(namespace) => format!("{namespace}/{}", object.name_any()),
