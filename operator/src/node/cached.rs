@@ -177,3 +177,61 @@ pub fn drop_own_labels(node: &mut Node) -> Option<Digest> {
         .collect();
     (!dropped.is_empty()).then(|| Digest::of(&dropped))
 }
+
+#[cfg(test)]
+mod tests {
+    use fakegpu_model::names::{annotation, condition};
+    use k8s_openapi::api::core::v1::Node;
+    use serde_json::json;
+
+    use super::*;
+    use crate::{kit::cache::Cached, node::labels};
+
+    #[test]
+    fn slimming_keeps_what_the_controllers_read() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": {"a": "b"}, "annotations": {
+                    "kwok.x-k8s.io/node": "fake",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "fakegpu.dev/gpu-faults": "0:xid=48"},
+                "managedFields": [
+                {"manager": "kwok", "operation": "Update", "fieldsV1": {}},
+                {"manager": "fakegpu", "operation": "Apply", "subresource": "status", "fieldsV1": {
+                    "f:metadata": {"f:labels": {"f:a": {}}},
+                    "f:status": {"f:capacity": {"f:nvidia.com/gpu": {}}}}}]},
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8", "cpu": "32"},
+                "capacity": {"nvidia.com/gpu": "8"},
+                "images": [{"names": ["busybox"]}],
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "gpu-fractioning.nvidia.com/Ready", "status": "True"}],
+            },
+        }))
+        .expect("test node");
+        let owned = OwnedStatus::from_managed_fields(&node).expect("own entry");
+        let node = Cached::new(node);
+        // `a` is fakegpu's alone: compared by digest, not kept.
+        assert!(!node.labels().contains_key("a"));
+        assert!(labels::labels_current(
+            &node,
+            &std::collections::BTreeMap::from([("a".to_owned(), "b".to_owned())])
+        ));
+        assert!(node.trimmed().metadata.managed_fields.is_none());
+        // Of the annotations, those fakegpu reads; KWOK's as a flag.
+        assert_eq!(
+            node.annotations().keys().collect::<Vec<_>>(),
+            [annotation::GPU_FAULTS]
+        );
+        assert!(!has_kubelet(&node));
+        assert_eq!(OwnedStatus::of(&node), Some(&owned));
+        assert!(OwnedStatus::of(&node).is_some());
+        let trimmed = node.trimmed().clone();
+        assert_eq!(trimmed.allocatable.expect("allocatable").len(), 2);
+        assert_eq!(trimmed.capacity.expect("capacity").len(), 1);
+        let conditions = trimmed.conditions.expect("conditions");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, condition::GPU_FRACTIONING_READY);
+    }
+}

@@ -111,3 +111,24 @@ pub(super) async fn report_malformed_annotations(ctx: &Context, node: &str) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn unhealthy_gpus_beyond_the_node_or_not_indices_are_set_apart() {
+        let node: CachedNode = serde_json::from_value(json!({"metadata": {"name": "n",
+            "annotations": {annotation::UNHEALTHY_GPUS: "1, 3,nine,7"}}}))
+        .expect("node");
+        assert_eq!(
+            unhealthy_gpus(&node, 4),
+            (vec![1, 3], vec!["nine".to_owned(), "7".to_owned()])
+        );
+        let plain: CachedNode =
+            serde_json::from_value(json!({"metadata": {"name": "n"}})).expect("node");
+        assert_eq!(unhealthy_gpus(&plain, 4), (vec![], vec![]));
+    }
+}
