@@ -1,24 +1,26 @@
-//! Wiring: which watch feeds which cache, and which controllers hear of which kind's events
-//! (the plumbing each kind goes through is [`crate::kit::streams`]).
+//! Wiring: which watch feeds which cache, and which controller hears of which kind's events
+//! (the plumbing each kind goes through is [`crate::kit::streams`]; which of those events a
+//! controller acts on, and how, is next to its reconciler: [`node::controller`],
+//! [`pool::controller`], [`compute_domain::Watches`]).
 
 use std::sync::Arc;
 
-use fakegpu_api::{GpuNodePool, meta::node_of_configmap, nrt::NodeResourceTopology};
+use fakegpu_api::{GpuNodePool, nrt::NodeResourceTopology};
 use fakegpu_model::names::{
     fakegpu::{MANAGED_BY, MANAGED_BY_VALUE},
     kubelet_devices,
     topology::NODE_TOPOLOGY_LABEL,
 };
-use futures::{FutureExt, Stream, StreamExt, TryStreamExt, future, stream};
+use futures::{FutureExt, StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client,
     runtime::{
-        Controller, WatchStreamExt, controller,
-        reflector::{self, ObjectRef, Store},
+        WatchStreamExt,
+        reflector::{self},
         watcher,
     },
 };
@@ -27,29 +29,22 @@ use tracing::info;
 use crate::{
     compute_domain,
     context::Context,
-    context::{Caches, Settings, State, Writes, measured},
+    context::{Caches, Settings, State, Writes},
     kit::{
         apply,
         cache::Cached,
         metrics::Metrics,
         pacer::Pacer,
-        recent::{RecentWrites, fingerprint},
+        recent::RecentWrites,
         streams::{
-            LIST_PAGE_SIZE, cached, cached_noting_own_writes, changes, confirm, fan_out, kept,
-            log_errors, log_outcome, others_changes, own_echoes_dropped, shared_touched,
+            LIST_PAGE_SIZE, cached, cached_noting_own_writes, confirm, fan_out, kept, log_errors,
+            shared_touched,
         },
     },
     node::{self, CachedNode},
     pods::{self, PodsByNode},
     pool::{self, members::MembersIndex},
-    tracking,
 };
-
-/// Node reconciles running at once. Unbounded, thousands of nodes joining at once meant
-/// thousands of requests in flight, each on a connection (and TLS session) of its own while the
-/// API server was slow: most of the operator's CPU and memory at 5 000 nodes. A bounded number
-/// keeps connections few and reused; the API server is the bottleneck either way.
-const NODE_CONCURRENCY: u16 = 64;
 
 /// At most one status write per pool per interval (see [`crate::kit::pacer`]).
 const POOL_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -123,17 +118,7 @@ pub async fn run(
         Cached::new,
     )
     .inspect(confirm(&recent));
-    let (node_events, [for_node_controller, for_pool_controller]) = fan_out(node_events);
-    // A node's own status patch comes back as an event that would reconcile it only to find
-    // the patch done (one reconcile in two while nodes join); the pools still count it.
-    let for_node_controller = own_echoes_dropped(
-        node_changes(for_node_controller, nodes.clone()),
-        recent.clone(),
-    );
-    let pool_members = Arc::new(MembersIndex::default());
-    let members_of_pools = pool_members.clone();
-    let for_pool_controller = node_changes(for_pool_controller, nodes.clone())
-        .inspect(move |node| members_of_pools.node_changed(&node.name_any()));
+    let (node_events, [nodes_for_nodes, nodes_for_pools]) = fan_out(node_events);
     let topology_configmaps = all.clone().labels(&format!("{NODE_TOPOLOGY_LABEL}=true"));
     let configmap_events = cached(
         Api::namespaced(client.clone(), &namespace),
@@ -218,11 +203,28 @@ pub async fn run(
     } else {
         (None, future::pending().boxed(), stream::empty().boxed())
     };
+    let node_controller_events = node::controller::Events {
+        nodes: nodes_for_nodes.boxed(),
+        pools: pools_for_node_controller.boxed(),
+        configmaps: configmaps_for_nodes.boxed(),
+        kubelet_reports: kubelet_reports_for_nodes.boxed(),
+        slices: slices_for_nodes.boxed(),
+        pods: pods_for_nodes.boxed(),
+        nrts: nrts_for_nodes,
+        claims: claims_for_nodes.boxed(),
+    };
+    let pool_controller_events = pool::controller::Events {
+        pools: pools_for_pool_controller.boxed(),
+        other_pools: pools_for_other_pools.boxed(),
+        device_classes: device_classes_for_pools.boxed(),
+        nodes: nodes_for_pools.boxed(),
+        configmaps: configmaps_for_pools.boxed(),
+    };
 
     let ctx = Arc::new(Context {
         events: crate::kit::events::Events::new(client.clone()),
         state: State {
-            pool_members,
+            pool_members: Arc::new(MembersIndex::default()),
             node_problems: Default::default(),
             pod_groups: crate::pod_groups::PodGroups::new(client.clone()),
             retries: Default::default(),
@@ -254,78 +256,8 @@ pub async fn run(
         },
         metrics: metrics.clone(),
     });
-    let node_store = nodes.clone();
-    let node_controller = Controller::for_shared_stream(for_node_controller, nodes.clone())
-        .with_config(controller::Config::default().concurrency(NODE_CONCURRENCY))
-        .watches_shared_stream(
-            spec_changes(pools_for_node_controller, pools.clone()),
-            move |pool| node::nodes_of_pool(&node_store.state(), &pool),
-        )
-        .watches_shared_stream(
-            others_changes(configmaps_for_nodes, configmaps.clone()),
-            |cm| cm.kept().node().map(ObjectRef::new),
-        )
-        .watches_shared_stream(kubelet_reports_for_nodes, node_of_kubelet_report)
-        .watches_shared_stream(others_changes(slices_for_nodes, slices.clone()), |slice| {
-            slice
-                .trimmed()
-                .spec
-                .node_name
-                .as_deref()
-                .map(ObjectRef::new)
-        })
-        .watches_shared_stream(
-            own_echoes_dropped(
-                pod_changes(pods_for_nodes, pods.clone()),
-                ctx.writes.recent.clone(),
-            ),
-            |pod| {
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .map(ObjectRef::new)
-            },
-        )
-        .watches_shared_stream(nrts_for_nodes, |nrt| {
-            Some(ObjectRef::<CachedNode>::new(&nrt.name_any()))
-        })
-        .watches_shared_stream(claims_for_nodes, |claim| {
-            tracking::nodes_of_claim(&claim)
-                .into_iter()
-                .map(|node| ObjectRef::new(&node))
-        })
-        .shutdown_on_signal()
-        .run(
-            measured("node", node::reconcile),
-            node::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|result| log_outcome("node", result));
-    let pool_store = pools.clone();
-    let pool_controller = Controller::for_shared_stream(pools_for_pool_controller, pools.clone())
-        // One pool's change can start or end another's conflict without any node changing
-        // (the older pool keeps its node). Statuses are pure to compute and written only when
-        // they differ, so every pool is looked at again.
-        .watches_shared_stream(
-            spec_changes(pools_for_other_pools, pools.clone()),
-            to_every_pool(pools.clone()),
-        )
-        // A DeviceClass written, deleted or taken over by someone else concerns DRA pools.
-        .watches_shared_stream(device_classes_for_pools, to_every_pool(pools.clone()))
-        .watches_shared_stream(for_pool_controller, move |node| {
-            pool::pools_of_node(&pool_store.state(), &node)
-        })
-        // A node's allocated GPUs count in its pool's status.
-        .watches_shared_stream(configmaps_for_pools, |cm| {
-            cm.kept().pool().map(ObjectRef::new)
-        })
-        .shutdown_on_signal()
-        .run(
-            measured("pool", pool::reconcile),
-            pool::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|result| log_outcome("pool", result));
+    let node_controller = node::controller::run(ctx.clone(), node_controller_events);
+    let pool_controller = pool::controller::run(ctx.clone(), pool_controller_events);
 
     let controllers = async {
         // A node reconciled before the pools are known would look poolless and lose its labels;
@@ -378,196 +310,5 @@ pub async fn run(
         () = claim_events => anyhow::bail!("ResourceClaim watch ended"),
         () = kubelet_report_events => anyhow::bail!("kubelet device report watch ended"),
         () = nrt_events => anyhow::bail!("NodeResourceTopology watch ended"),
-    }
-}
-
-/// The node a kubelet report is about. (A topology ConfigMap's cache keeps its node aside, see
-/// `KeptOfTopology`.)
-fn node_of_kubelet_report(cm: Arc<ConfigMap>) -> Option<ObjectRef<CachedNode>> {
-    node_of_configmap(cm.as_ref(), kubelet_devices::CONFIGMAP_PREFIX).map(ObjectRef::new)
-}
-
-/// Pools whose spec or existence changed (a new generation: spec edits, deletion requested).
-/// Status writes, about one a second per pool while nodes join, concern no node and no other
-/// pool; passing them on made every status write reconcile every node of the pool.
-fn spec_changes(
-    pools: impl Stream<Item = Arc<GpuNodePool>>,
-    cache: Store<GpuNodePool>,
-) -> impl Stream<Item = Arc<GpuNodePool>> {
-    changes(pools, cache, |pool| {
-        fingerprint(&(
-            pool.metadata.generation,
-            pool.metadata.deletion_timestamp.is_some(),
-        ))
-    })
-}
-
-/// Nodes whose cached content changed. The cache keeps only what the controllers read (see
-/// [`node::TrimmedNode`]), so KWOK's and the kubelet's heartbeats, which change nothing of it, no
-/// longer reconcile the node: at 5 000 nodes they were most of the operator's work.
-fn node_changes(
-    nodes: impl Stream<Item = Arc<CachedNode>>,
-    cache: Store<CachedNode>,
-) -> impl Stream<Item = Arc<CachedNode>> {
-    changes(nodes, cache, node_fingerprint)
-}
-
-/// What the controllers read of a node, hashed. Annotations fakegpu does not read are not in
-/// its cache (see `TrimmedNode`), so others' rewrites of them are no change: among them
-/// kube-controller-manager's TTL annotation, rewritten on ~17 nodes a second while a 10 000-node
-/// cluster grows, which reconciled each node and its pool (0.14 cores of the operator's with
-/// nothing to write, taken from the scheduler on a busy machine).
-fn node_fingerprint(node: &CachedNode) -> u64 {
-    let meta = node.meta();
-    fingerprint(&(
-        &meta.labels,
-        &meta.annotations,
-        meta.deletion_timestamp.is_some(),
-        &meta.uid,
-        (
-            &node.trimmed().capacity,
-            &node.trimmed().allocatable,
-            &node.trimmed().conditions,
-        ),
-        node.kept(),
-    ))
-}
-
-/// Pods whose cached content changed in what tracking reads. KWOK and the kubelet update a
-/// pod's status as it starts (phase, conditions, IPs, container states), each update
-/// reconciled its node again to find nothing to write: two of the three node reconciles of
-/// every GPU pod. Runs before [`own_echoes_dropped`], so that fakegpu's own write to a pod is
-/// what the next update is compared with.
-fn pod_changes(
-    pods: impl Stream<Item = Arc<Pod>>,
-    cache: Store<Pod>,
-) -> impl Stream<Item = Arc<Pod>> {
-    changes(pods, cache, pod_fingerprint)
-}
-
-/// What the controllers read of a (slimmed, see [`pods::slim`]) pod, hashed: of its phase
-/// and conditions only whether it finished (see [`tracking::is_active`]) and, for a pod with
-/// claims, whether they were prepared ([`tracking::claims_prepared`]).
-fn pod_fingerprint(pod: &Pod) -> u64 {
-    let meta = &pod.metadata;
-    fingerprint(&(
-        &meta.labels,
-        &meta.annotations,
-        meta.deletion_timestamp.is_some(),
-        &meta.uid,
-        &meta.owner_references,
-        &pod.spec,
-        pod.status
-            .as_ref()
-            .and_then(|s| s.resource_claim_statuses.as_ref()),
-        tracking::is_active(pod),
-        // Only for pods with claims: starting is no change for the others.
-        has_claims(pod) && tracking::claims_prepared(pod),
-    ))
-}
-
-fn has_claims(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .is_some_and(|claims| !claims.is_empty())
-}
-
-/// A mapper that sends any event to every pool. Pool statuses are pure to compute and written
-/// only when they differ, so looking at all of them again is cheap.
-fn to_every_pool<T>(pools: Store<GpuNodePool>) -> impl Fn(T) -> Vec<ObjectRef<GpuNodePool>> {
-    move |_| {
-        pools
-            .state()
-            .iter()
-            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-            .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use fakegpu_model::names::annotation;
-    use k8s_openapi::api::core::v1::Node;
-    use serde_json::json;
-
-    use super::*;
-
-    fn node(annotations: serde_json::Value) -> CachedNode {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": "n", "uid": "u", "labels": {"a": "b"}, "annotations": annotations},
-        }))
-        .expect("test node");
-        Cached::new(node)
-    }
-
-    #[test]
-    fn the_ttl_controller_s_rewrites_are_no_node_change() {
-        let at = |ttl: &str| {
-            node_fingerprint(&node(
-                json!({annotation::NODE_TTL: ttl, annotation::GPU_FAULTS: "0:xid=48"}),
-            ))
-        };
-        assert_eq!(at("0"), at("15"));
-        // Annotations fakegpu reads still count.
-        let faults = |value: &str| node_fingerprint(&node(json!({annotation::GPU_FAULTS: value})));
-        assert_ne!(faults("0:xid=48"), faults("1:xid=48"));
-        // A node with the TTL annotation and one without are the same to fakegpu.
-        assert_eq!(at("0"), faults("0:xid=48"));
-    }
-
-    #[test]
-    fn a_pod_starting_is_no_pod_change_but_its_annotations_and_its_end_are() {
-        let pod =
-            |resource_version: &str, annotations: serde_json::Value, status: serde_json::Value| {
-                let mut pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                        "resourceVersion": resource_version, "annotations": annotations},
-                    "spec": {"nodeName": "n", "containers": [{"name": "main", "image": "busybox",
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-                    "status": status,
-                }))
-                .expect("test pod");
-                pods::slim(&mut pod);
-                pod_fingerprint(&pod)
-            };
-        let bound = pod("1", json!({}), json!({"phase": "Pending"}));
-        let running = pod(
-            "2",
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.5",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "",
-                    "ready": true, "restartCount": 0, "state": {"running": {}}}]}),
-        );
-        assert_eq!(bound, running);
-        let annotated = pod(
-            "3",
-            json!({annotation::ASSIGNED_GPUS: "GPU-1"}),
-            json!({"phase": "Running"}),
-        );
-        assert_ne!(running, annotated);
-        let finished = pod(
-            "4",
-            json!({annotation::ASSIGNED_GPUS: "GPU-1"}),
-            json!({"phase": "Succeeded"}),
-        );
-        assert_ne!(annotated, finished);
-        // A pod with a claim starting is a change: its claim's devices become its own.
-        let claiming = |status: serde_json::Value| {
-            let mut pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": "c", "namespace": "ns", "uid": "u2"},
-                "spec": {"nodeName": "n", "containers": [{"name": "main"}],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "claim"}]},
-                "status": status,
-            }))
-            .expect("test pod");
-            pods::slim(&mut pod);
-            pod_fingerprint(&pod)
-        };
-        assert_ne!(
-            claiming(json!({"phase": "Pending"})),
-            claiming(json!({"phase": "Running"}))
-        );
     }
 }

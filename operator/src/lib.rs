@@ -10,6 +10,7 @@
 //! Each concern keeps its desired state in pure functions (unit tested without a cluster) and
 //! writes through [`kit::apply`], which skips writes when the cache already shows the desired state.
 
+pub mod changes;
 pub mod compute_domain;
 pub mod context;
 pub mod controllers;

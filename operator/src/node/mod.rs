@@ -7,6 +7,7 @@
 mod against_api;
 mod assignments;
 pub mod cached;
+pub mod controller;
 mod document;
 pub mod dynamic_mig;
 pub mod faults;
@@ -24,11 +25,8 @@ mod writes;
 
 use std::{sync::Arc, time::Duration};
 
-use fakegpu_api::{GpuNodePool, pool::resolve::resolve_pool};
-use kube::{
-    ResourceExt,
-    runtime::{controller::Action, reflector::ObjectRef},
-};
+use fakegpu_api::pool::resolve::resolve_pool;
+use kube::{ResourceExt, runtime::controller::Action};
 use tracing::{debug, warn};
 
 use crate::{context::Context, error::Error, error::Result, membership};
@@ -132,13 +130,4 @@ pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> 
         .insert(node.name_any(), error.to_string());
     warn!(node = %node.name_any(), %error, kind = error.metric_label(), "node reconcile failed");
     crate::kit::retry::after_failure(&ctx.state.retries, "node", node.as_ref())
-}
-
-/// Nodes a pool event concerns: those it selects and those it labelled before.
-pub fn nodes_of_pool(nodes: &[Arc<CachedNode>], pool: &GpuNodePool) -> Vec<ObjectRef<CachedNode>> {
-    nodes
-        .iter()
-        .filter(|node| membership::concerns(pool, node.labels()))
-        .map(|node| ObjectRef::from_obj(node.as_ref()))
-        .collect()
 }

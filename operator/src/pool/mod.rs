@@ -3,6 +3,7 @@
 
 #[cfg(test)]
 mod against_api;
+pub mod controller;
 pub mod members;
 pub mod status;
 
@@ -19,16 +20,12 @@ use kube::{
     runtime::{
         controller::Action,
         finalizer::{self, Event, finalizer},
-        reflector::ObjectRef,
     },
 };
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::node::CachedNode;
-use crate::{
-    context::Context, deviceclass, error::Error, error::Result, kit::apply, membership, node,
-};
+use crate::{context::Context, deviceclass, error::Error, error::Result, kit::apply, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -130,13 +127,4 @@ pub fn error_policy(pool: Arc<GpuNodePool>, error: &Error, ctx: Arc<Context>) ->
     ctx.metrics.failed("pool", error.metric_label());
     warn!(pool = %pool.name_any(), %error, kind = error.metric_label(), "pool reconcile failed");
     crate::kit::retry::after_failure(&ctx.state.retries, "pool", pool.as_ref())
-}
-
-/// Pools a node event concerns: those that select it and the one it is labelled for.
-pub fn pools_of_node(pools: &[Arc<GpuNodePool>], node: &CachedNode) -> Vec<ObjectRef<GpuNodePool>> {
-    pools
-        .iter()
-        .filter(|pool| membership::concerns(pool, node.labels()))
-        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-        .collect()
 }
