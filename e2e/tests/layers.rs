@@ -234,6 +234,13 @@ fn file_imports(workspace: &Path) -> std::io::Result<BTreeMap<String, BTreeSet<S
     Ok(imports)
 }
 
+/// The workspace's root: the e2e crate's parent.
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or_else(|| Path::new(".."))
+}
+
 /// The pairs of files (relative to the workspace) that import each other.
 fn import_cycles(workspace: &Path) -> std::io::Result<BTreeSet<(String, String)>> {
     let imports = file_imports(workspace)?;
@@ -255,9 +262,7 @@ fn import_cycles(workspace: &Path) -> std::io::Result<BTreeSet<(String, String)>
 
 #[test]
 fn no_file_imports_a_file_that_imports_it() -> std::io::Result<()> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the e2e crate lies in the workspace");
+    let workspace = workspace();
     let found = import_cycles(workspace)?;
     assert!(
         found.is_empty(),
@@ -266,66 +271,72 @@ fn no_file_imports_a_file_that_imports_it() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The packages a workspace package is built from (normal dependencies, transitively), by
-/// name, as `cargo metadata` resolves them from Cargo.lock for the platform the images are
-/// built for.
-fn built_from(workspace: &Path, package: &str) -> anyhow::Result<BTreeSet<String>> {
-    let output = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-        .args(["metadata", "--format-version", "1", "--locked"])
-        .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
-        .current_dir(workspace)
-        .output()?;
-    anyhow::ensure!(output.status.success(), "cargo metadata: {output:?}");
-    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-    let packages: BTreeMap<&str, &str> = metadata["packages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| Some((p["id"].as_str()?, p["name"].as_str()?)))
-        .collect();
-    let nodes: BTreeMap<&str, Vec<&str>> = metadata["resolve"]["nodes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|node| {
-            let normal = node["deps"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|dep| {
-                    dep["dep_kinds"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|kind| kind["kind"].is_null())
-                })
-                .filter_map(|dep| dep["pkg"].as_str())
-                .collect();
-            Some((node["id"].as_str()?, normal))
-        })
-        .collect();
-    let root = packages
-        .iter()
-        .find(|(_, name)| **name == package)
-        .map(|(id, _)| *id)
-        .ok_or_else(|| anyhow::anyhow!("no package {package} in the workspace"))?;
-    let mut seen = BTreeSet::new();
-    let mut next = vec![root];
-    while let Some(id) = next.pop() {
-        for dep in nodes.get(id).into_iter().flatten() {
-            if seen.insert(packages.get(dep).copied().unwrap_or(dep).to_owned()) {
-                next.push(dep);
+/// The dependency graph `cargo metadata` resolves from Cargo.lock for the platform the images
+/// are built for: each package's normal dependencies, by package id, and each id's name.
+struct Graph {
+    names: BTreeMap<String, String>,
+    normal_deps: BTreeMap<String, Vec<String>>,
+}
+
+impl Graph {
+    fn read(workspace: &Path) -> anyhow::Result<Self> {
+        let output = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .args(["metadata", "--format-version", "1", "--locked"])
+            .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
+            .current_dir(workspace)
+            .output()?;
+        anyhow::ensure!(output.status.success(), "cargo metadata: {output:?}");
+        let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        fn list(value: &serde_json::Value) -> &[serde_json::Value] {
+            value.as_array().map_or(&[], Vec::as_slice)
+        }
+        let text = |value: &serde_json::Value| value.as_str().map(str::to_owned);
+        let names = list(&metadata["packages"])
+            .iter()
+            .filter_map(|p| Some((text(&p["id"])?, text(&p["name"])?)))
+            .collect();
+        let normal_deps = list(&metadata["resolve"]["nodes"])
+            .iter()
+            .filter_map(|node| {
+                let normal = list(&node["deps"])
+                    .iter()
+                    .filter(|dep| {
+                        list(&dep["dep_kinds"])
+                            .iter()
+                            .any(|kind| kind["kind"].is_null())
+                    })
+                    .filter_map(|dep| text(&dep["pkg"]))
+                    .collect();
+                Some((text(&node["id"])?, normal))
+            })
+            .collect();
+        Ok(Self { names, normal_deps })
+    }
+
+    /// The packages `package` is built from (normal dependencies, transitively), by name.
+    fn built_from(&self, package: &str) -> anyhow::Result<BTreeSet<&str>> {
+        let root = self
+            .names
+            .iter()
+            .find(|(_, name)| *name == package)
+            .map(|(id, _)| id.as_str())
+            .ok_or_else(|| anyhow::anyhow!("no package {package} in the workspace"))?;
+        let mut seen = BTreeSet::new();
+        let mut next = vec![root];
+        while let Some(id) = next.pop() {
+            for dep in self.normal_deps.get(id).into_iter().flatten() {
+                if seen.insert(self.names.get(dep).map_or(dep.as_str(), String::as_str)) {
+                    next.push(dep);
+                }
             }
         }
+        Ok(seen)
     }
-    Ok(seen)
 }
 
 #[test]
 fn what_gpu_containers_load_is_built_from_the_model_alone() -> anyhow::Result<()> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the e2e crate lies in the workspace");
+    let graph = Graph::read(workspace())?;
     // A Kubernetes client, TLS or an async runtime in them would be megabytes and minutes of
     // build in every process that loads the libraries, for nothing they do.
     let not_wanted = [
@@ -343,12 +354,12 @@ fn what_gpu_containers_load_is_built_from_the_model_alone() -> anyhow::Result<()
         "fakegpu-cuda",
         "fakegpu-smi",
     ] {
-        let deps = built_from(workspace, package)?;
+        let deps = graph.built_from(package)?;
         let found: Vec<_> = not_wanted.iter().filter(|d| deps.contains(**d)).collect();
         assert!(found.is_empty(), "{package} is built from {found:?}");
     }
     assert!(
-        built_from(workspace, "fakegpu-operator")?.contains("kube"),
+        graph.built_from("fakegpu-operator")?.contains("kube"),
         "the check reads the dependency graph"
     );
     Ok(())
@@ -359,9 +370,7 @@ fn what_gpu_containers_load_is_built_from_the_model_alone() -> anyhow::Result<()
 /// it: it could be a crate of its own.
 #[test]
 fn the_operator_s_kit_imports_nothing_of_the_operator_outside_it() -> std::io::Result<()> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the e2e crate lies in the workspace");
+    let workspace = workspace();
     const KIT: &str = "operator/src/kit/";
     let imports = file_imports(workspace)?;
     assert!(workspace.join(KIT).join("mod.rs").exists(), "{KIT} is read");

@@ -28,8 +28,8 @@ pub fn spec_changes(
 }
 
 /// Nodes whose cached content changed. The cache keeps only what the controllers read (see
-/// [`crate::node::TrimmedNode`]), so KWOK's and the kubelet's heartbeats, which change nothing of it, no
-/// longer reconcile the node: at 5 000 nodes they were most of the operator's work.
+/// [`crate::node::TrimmedNode`]), so KWOK's and the kubelet's heartbeats, which change nothing
+/// of it, no longer reconcile the node: at 5 000 nodes they were most of the operator's work.
 pub fn node_changes(
     nodes: impl Stream<Item = Arc<CachedNode>>,
     cache: Store<CachedNode>,

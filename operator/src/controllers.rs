@@ -18,18 +18,13 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self},
-        watcher,
-    },
+    runtime::{WatchStreamExt, reflector, watcher},
 };
 use tracing::info;
 
 use crate::{
     compute_domain,
-    context::Context,
-    context::{Caches, Settings, State, Writes},
+    context::{Caches, Context, Settings, State, Writes},
     kit::{
         apply,
         cache::Cached,
