@@ -12,13 +12,19 @@ use k8s_openapi::api::{
 };
 use kube::{
     Client,
+    core::{ClusterResourceScope, NamespaceResourceScope},
     runtime::{controller::Action, reflector::Store},
 };
 
 use crate::{
     error::Result,
     kit::{
-        cache::Cached, events::Events, metrics::Metrics, pacer::Pacer, recent::RecentWrites,
+        cache::Cached,
+        events::Events,
+        metrics::Metrics,
+        owned::{Owned, Policy},
+        pacer::Pacer,
+        recent::RecentWrites,
         retry::Retries,
     },
     node::cached::CachedNode,
@@ -104,6 +110,32 @@ pub struct Caches {
     pub nrts: Option<Store<fakegpu_api::nrt::NodeResourceTopology>>,
     /// ComputeDomains' ResourceClaimTemplates; `None` when the cluster serves no ComputeDomains.
     pub claim_templates: Option<Store<ResourceClaimTemplate>>,
+}
+
+impl Context {
+    /// The writer of cluster-scoped objects of kind `K` (see [`crate::kit::owned`]).
+    pub fn owned<K>(&self, policy: Policy) -> Owned<'_, K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = ClusterResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Owned::all(self.client.clone(), &self.writes.recent, policy)
+    }
+
+    /// The writer of objects of kind `K` in `namespace`.
+    pub fn owned_in<K>(&self, namespace: &str, policy: Policy) -> Owned<'_, K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Owned::namespaced(self.client.clone(), namespace, &self.writes.recent, policy)
+    }
 }
 
 impl std::fmt::Debug for Context {

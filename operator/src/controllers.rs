@@ -181,7 +181,7 @@ pub async fn run(
     let (claim_events, [claims_for_nodes, claims_for_domains]) = fan_out(claim_events);
     let domain_watches = features
         .compute_domains
-        .then(|| compute_domain::Watches::new(&client));
+        .then(|| compute_domain::Watches::new(&client, &recent));
     let claim_templates = domain_watches.as_ref().map(|w| w.templates.clone());
     let (nrts, nrt_events, nrts_for_nodes) = if node_resource_topology {
         let (store, writer) = reflector::store::<NodeResourceTopology>();

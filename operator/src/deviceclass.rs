@@ -26,10 +26,10 @@ use k8s_openapi::{
     api::resource::v1::{CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector},
     apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
-use kube::{Api, Resource, ResourceExt, api::ObjectMeta, runtime::reflector::ObjectRef};
+use kube::{Resource, ResourceExt, api::ObjectMeta, runtime::reflector::ObjectRef};
 use tracing::info;
 
-use crate::{context::Context, error::Result, kit::apply};
+use crate::{context::Context, error::Result, kit::owned::Policy};
 
 /// The names of every class fakegpu may create.
 const CLASSES: [&str; 3] = [
@@ -202,18 +202,22 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
     // side each wrote the classes for the pools they had seen, older sets after newer ones;
     // one at a time, each compares the newest set with what was last written.
     let _one_at_a_time = ctx.writes.device_classes.lock().await;
-    let api: Api<DeviceClass> = Api::all(ctx.client.clone());
     let desired = desired_classes(
         &ctx.caches.pools.state(),
         ctx.settings.dra_extended_resource,
     );
+    // A class someone else edited keeps their spec: fakegpu then sets only its owners.
+    let whole = ctx.owned::<DeviceClass>(Policy::Apply);
+    let owners = ctx.owned::<DeviceClass>(Policy::MergePatch);
     for class in &desired {
         let name = class.name_any();
-        let write = match ctx.caches.device_classes.get(&ObjectRef::new(&name)) {
-            Some(current) if !is_ours(&current) => Write::Nothing,
-            Some(current) => write_needed(&current, class),
+        let current = ctx.caches.device_classes.get(&ObjectRef::new(&name));
+        let write = match &current {
+            Some(current) if !is_ours(current) => Write::Nothing,
+            Some(current) => write_needed(current, class),
             None => Write::Whole,
         };
+        let exists = current.is_some();
         match write {
             Write::Nothing => {}
             Write::Metadata => {
@@ -221,9 +225,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                     "labels": class.metadata.labels,
                     "ownerReferences": class.metadata.owner_references,
                 }});
-                if apply::merge_patch_once::<DeviceClass>(&ctx.writes.recent, &api, &name, &patch)
-                    .await?
-                {
+                if owners.write(&name, &patch, exists).await?.sent() {
                     info!(class = %name, "wrote DeviceClass owners");
                 }
             }
@@ -234,9 +236,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                     "apiVersion": DeviceClass::api_version(&()), "kind": DeviceClass::kind(&()),
                     "metadata": object.metadata, "spec": object.spec,
                 });
-                // Until the watch shows this write, the same body is not sent again.
-                if apply::apply_once::<DeviceClass>(&ctx.writes.recent, &api, &name, &patch).await?
-                {
+                if whole.write(&name, &patch, exists).await?.sent() {
                     info!(class = %name, "wrote DeviceClass");
                 }
             }
@@ -252,7 +252,7 @@ pub async fn ensure(ctx: &Context) -> Result<()> {
                 .is_some_and(|c| is_ours(&c))
         {
             info!(class = %name, "no pool needs it: deleting DeviceClass");
-            apply::delete_once(&ctx.writes.recent, &api, name).await?;
+            whole.remove(name).await?;
         }
     }
     Ok(())

@@ -31,7 +31,16 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{context::Context, error::Result, kit::apply};
+use crate::{
+    context::Context,
+    error::Result,
+    kit::{
+        apply,
+        owned::Policy,
+        recent::RecentWrites,
+        streams::{cached, confirm, fan_out, kept, log_outcome},
+    },
+};
 
 pub async fn reconcile(domain: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action> {
     if domain.metadata.deletion_timestamp.is_some() {
@@ -75,7 +84,7 @@ async fn ensure_template(
     if let Some(problem) = status::TemplateProblem::of_name(&name) {
         return Ok(Some(problem));
     }
-    let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
+    let templates = ctx.owned_in::<ResourceClaimTemplate>(&namespace, Policy::Apply);
     let cached = ctx
         .caches
         .claim_templates
@@ -85,7 +94,7 @@ async fn ensure_template(
     // up before writing, so that it is never taken over.
     let current = match cached {
         Some(cached) => Some(cached),
-        None => api.get_opt(&name).await?.map(Arc::new),
+        None => templates.api().get_opt(&name).await?.map(Arc::new),
     };
     match current {
         Some(current) if !template::owned_by(&current, domain) => {
@@ -93,10 +102,14 @@ async fn ensure_template(
             Ok(Some(status::TemplateProblem::taken(&namespace, &name)))
         }
         Some(current) if template::template_current(&current, &desired) => Ok(None),
-        _ => {
-            info!(domain = %domain.name_any(), %namespace, template = %name, "writing ResourceClaimTemplate");
-            match apply::apply(&api, &name, &desired).await {
-                Ok(_) => Ok(None),
+        current => {
+            match templates.write(&name, &desired, current.is_some()).await {
+                Ok(outcome) => {
+                    if outcome.sent() {
+                        info!(domain = %domain.name_any(), %namespace, template = %name, "wrote ResourceClaimTemplate");
+                    }
+                    Ok(None)
+                }
                 // The API server refuses the template itself (422): retrying cannot help.
                 Err(kube::Error::Api(refusal)) if refusal.code == 422 => Ok(Some(
                     status::TemplateProblem::refused(&name, &refusal.message),
@@ -126,13 +139,14 @@ async fn ensure_status(
         return Ok(());
     };
     info!(domain = %domain.name_any(), %namespace, status = ?desired.status, nodes = desired.nodes.len(), "writing ComputeDomain status");
-    let api: Api<ComputeDomain> = Api::namespaced(ctx.client.clone(), &namespace);
     let patch = json!({
         "apiVersion": ComputeDomain::api_version(&()),
         "kind": ComputeDomain::kind(&()),
         "status": desired,
     });
-    apply::apply_status(&api, &domain.name_any(), &patch).await?;
+    ctx.owned_in::<ComputeDomain>(&namespace, Policy::Apply)
+        .apply_status(&domain.name_any(), &patch)
+        .await?;
     Ok(())
 }
 
@@ -185,23 +199,26 @@ impl std::fmt::Debug for Watches {
 }
 
 impl Watches {
-    pub fn new(client: &Client) -> Self {
+    /// Watches of the domains and their templates; the templates' events confirm fakegpu's
+    /// writes of them to `recent`.
+    pub fn new(client: &Client, recent: &Arc<RecentWrites>) -> Self {
         let (domains, domain_writer) = reflector::store::<ComputeDomain>();
         let (templates, template_writer) = reflector::store::<ResourceClaimTemplate>();
-        let domain_events = crate::kit::streams::cached(
+        let domain_events = cached(
             Api::all(client.clone()),
             watcher::Config::default(),
             domain_writer,
-            crate::kit::streams::kept(apply::drop_managed_fields),
+            kept(apply::drop_managed_fields),
         );
-        let (drive_domains, [domain_events]) = crate::kit::streams::fan_out(domain_events);
-        let template_events = crate::kit::streams::cached(
+        let (drive_domains, [domain_events]) = fan_out(domain_events);
+        let template_events = cached(
             Api::all(client.clone()),
             watcher::Config::default().labels(names::TEMPLATE_LABEL),
             template_writer,
-            crate::kit::streams::kept(apply::drop_managed_fields),
-        );
-        let (drive_templates, [template_events]) = crate::kit::streams::fan_out(template_events);
+            kept(apply::drop_managed_fields),
+        )
+        .inspect(confirm(recent));
+        let (drive_templates, [template_events]) = fan_out(template_events);
         Self {
             domains,
             templates,
@@ -230,7 +247,7 @@ impl Watches {
                 error_policy,
                 ctx,
             )
-            .for_each(|result| crate::kit::streams::log_outcome("compute-domain", result))
+            .for_each(|result| log_outcome("compute-domain", result))
             .await;
         Ok(())
     }

@@ -6,10 +6,10 @@
 //! what fakegpu set, and fakegpu names what it takes back ([`keys_only_ours`]).
 //! Objects fakegpu alone writes whole and that only exist per node (topology ConfigMaps,
 //! ResourceSlices) are created and replaced instead ([`replace`]): nothing of anyone else's to
-//! keep, and the API server neither parses YAML nor merges fields for them. Callers compare
-//! with the cache first: a call here is a write, and a resync with nothing changed makes none.
+//! keep, and the API server neither parses YAML nor merges fields for them. These are the
+//! verbs; what decides whether to send one is [`crate::kit::owned`]: a call here is a write.
 
-use std::{collections::BTreeSet, sync::LazyLock, time::Instant};
+use std::{collections::BTreeSet, sync::LazyLock};
 
 use fakegpu_model::names::{FIELD_MANAGER, metric};
 use kube::{
@@ -18,8 +18,6 @@ use kube::{
 };
 use prometheus::{IntCounterVec, Opts};
 use serde::{Serialize, de::DeserializeOwned};
-
-use crate::kit::recent::{RecentWrites, Target, fingerprint};
 
 /// Whether the API server refused a write because its namespace is being deleted
 /// (NamespaceLifecycle: no new objects there): the namespace's objects are going with it, so
@@ -144,11 +142,11 @@ where
 pub async fn replace<K>(
     api: &Api<K>,
     name: &str,
-    object: &K,
+    object: &impl Serialize,
     exists: bool,
 ) -> Result<PartialObjectMeta<K>>
 where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -190,138 +188,19 @@ where
         .await
 }
 
-/// A JSON merge patch of `patch` as [`FIELD_MANAGER`], unless `recent` shows the same patch
-/// still on its way to the cache; whether it was sent. For fields of an object fakegpu writes
+/// A JSON merge patch of `patch` as [`FIELD_MANAGER`]: for fields of an object fakegpu writes
 /// without claiming the rest of it (a DeviceClass's owners, leaving its spec to whoever edited
 /// it).
-pub async fn merge_patch_once<K>(
-    recent: &RecentWrites,
+pub async fn merge_patch<K>(
     api: &Api<K>,
     name: &str,
-    patch: &serde_json::Value,
-) -> Result<bool>
+    patch: &(impl Serialize + std::fmt::Debug),
+) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     count::<K>("merge-patch");
-    let target = Target::new::<K>(name, None);
-    let write = async { api.patch(name, &patch_params(), &Patch::Merge(patch)).await };
-    Ok(once(recent, target, fingerprint(patch), write)
-        .await?
-        .is_some())
-}
-
-/// [`replace`], unless `recent` shows the same write still on its way to the cache; whether it
-/// was sent.
-pub async fn replace_once<K>(
-    recent: &RecentWrites,
-    api: &Api<K>,
-    name: &str,
-    object: &K,
-    exists: bool,
-) -> Result<bool>
-where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-{
-    let target = Target::new::<K>(name, None);
-    let sent = once(
-        recent,
-        target,
-        fingerprint(object),
-        replace(api, name, object, exists),
-    );
-    Ok(sent.await?.is_some())
-}
-
-/// [`apply`], unless `recent` shows the same apply still on its way to the cache; whether it
-/// was sent.
-pub async fn apply_once<K>(
-    recent: &RecentWrites,
-    api: &Api<K>,
-    name: &str,
-    object: &(impl Serialize + std::fmt::Debug),
-) -> Result<bool>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let target = Target::new::<K>(name, None);
-    let sent = once(
-        recent,
-        target,
-        fingerprint(object),
-        apply(api, name, object),
-    );
-    Ok(sent.await?.is_some())
-}
-
-/// [`patch_status`], unless `recent` shows the same write still on its way to the cache;
-/// whether it was sent. `same` is what makes two status writes the same (a status carries
-/// timestamps that differ between two computations of one intent). A patch sent is remembered
-/// as fakegpu's own last write of the object ([`RecentWrites::record_own`]): the watch event
-/// of the version it answered with is its echo, which only shows the patch done.
-pub async fn patch_status_once<K>(
-    recent: &RecentWrites,
-    api: &Api<K>,
-    name: &str,
-    patch: &serde_json::Value,
-    same: &impl Serialize,
-) -> Result<bool>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let target = Target::new::<K>(name, Some("status"));
-    let fingerprint = fingerprint(same);
-    let written = once(recent, target, fingerprint, patch_status(api, name, patch)).await?;
-    if let Some(written) = &written {
-        recent.record_own(written, fingerprint, Instant::now());
-    }
-    Ok(written.is_some())
-}
-
-/// Sends `write` of a body with `fingerprint` unless it repeats one the cache has not shown
-/// yet; the API server's answer, if it was sent.
-async fn once<K: Resource>(
-    recent: &RecentWrites,
-    target: Target,
-    fingerprint: u64,
-    write: impl Future<Output = Result<K>>,
-) -> Result<Option<K>> {
-    if recent.is_repeat(&target, fingerprint, Instant::now()) {
-        tracing::debug!(
-            ?target,
-            "same write already sent; the cache has not shown it yet"
-        );
-        return Ok(None);
-    }
-    let written = write.await?;
-    recent.record(
-        target,
-        fingerprint,
-        written.meta().resource_version.as_deref(),
-        Instant::now(),
-    );
-    Ok(Some(written))
-}
-
-/// Whether [`patch_status_once`] with `same` would skip the write as one the cache has not
-/// shown yet: asked first where preparing the patch costs a read.
-pub fn status_write_pending<K: Resource<DynamicType = ()>>(
-    recent: &RecentWrites,
-    name: &str,
-    same: &impl Serialize,
-) -> bool {
-    let target = Target::new::<K>(name, Some("status"));
-    recent.is_repeat(&target, fingerprint(same), Instant::now())
-}
-
-/// [`delete`], forgetting what `recent` holds of the object: a later apply of the same body
-/// creates it again.
-pub async fn delete_once<K>(recent: &RecentWrites, api: &Api<K>, name: &str) -> Result<()>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    recent.forget(&Target::new::<K>(name, None));
-    delete(api, name).await
+    api.patch(name, &patch_params(), &Patch::Merge(patch)).await
 }
 
 /// Deletes an object; one that is already gone counts as deleted.
@@ -504,37 +383,6 @@ mod tests {
         );
         assert_eq!(request.accept, METADATA_ONLY);
         assert_eq!(request.body, patch);
-    }
-
-    #[tokio::test]
-    async fn a_status_patch_sent_once_is_known_by_its_echo() {
-        let patch = json!({"status": {"capacity": {"nvidia.com/gpu": "8"}}});
-        let recent = RecentWrites::default();
-        let (sent, seen) = against(&[200, 200], |client| {
-            let (patch, recent) = (patch.clone(), &recent);
-            async move {
-                let nodes: Api<Node> = Api::all(client);
-                let first = patch_status_once(recent, &nodes, "n1", &patch, &patch).await;
-                let again = patch_status_once(recent, &nodes, "n1", &patch, &patch).await;
-                (first.unwrap(), again.unwrap())
-            }
-        })
-        .await;
-        assert_eq!(sent, (true, false), "the same patch waits for its echo");
-        assert_eq!(seen.len(), 1);
-        let node = |version: &str| -> Node {
-            serde_json::from_value(json!({"metadata": {"name": "n1", "resourceVersion": version}}))
-                .unwrap()
-        };
-        assert!(
-            !recent.is_own_echo(&node("6")),
-            "an event from before the patch"
-        );
-        assert!(
-            recent.is_own_echo(&node("7")),
-            "the version the patch answered"
-        );
-        assert!(!recent.is_own_echo(&node("7")), "told once");
     }
 
     #[tokio::test]

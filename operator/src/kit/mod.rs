@@ -4,7 +4,9 @@
 //! - [`streams`]: watch streams feeding trimmed caches, filtered by what changed;
 //! - [`cache`]: what a cache keeps of an object it is given whole;
 //! - [`recent`]: writes sent whose watch events have not arrived yet, and their echoes;
-//! - [`apply`]: the one write path (server-side apply, whole writes, patches), counted;
+//! - [`owned`]: the one writer: desired against cached, by each kind's write policy;
+//! - [`apply`]: the write verbs it and the pods' annotations use (server-side apply, whole
+//!   writes, patches, deletes), counted;
 //! - [`pacer`], [`retry`]: how often one object is worked on, and backoff after failures;
 //! - [`leader`]: leader election over a Lease;
 //! - [`served`]: which optional APIs the cluster serves;
@@ -17,6 +19,7 @@ pub mod conditions;
 pub mod events;
 pub mod leader;
 pub mod metrics;
+pub mod owned;
 pub mod pacer;
 pub mod recent;
 pub mod retry;

@@ -25,8 +25,9 @@ use kube::{Resource, ResourceExt};
 /// How long an unconfirmed write holds back the same write.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Which write: the object's kind and name, and the subresource written (status writes of a
-/// Node are confirmed by the same events as its label writes, but each has its own version).
+/// Which write: the object's kind, `namespace/name` (the name alone when cluster-scoped), and
+/// the subresource written (status writes of a Node are confirmed by the same events as its
+/// label writes, but each has its own version).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Target {
     kind: String,
@@ -36,12 +37,13 @@ pub struct Target {
 
 impl Target {
     pub fn new<K: Resource<DynamicType = ()>>(
+        namespace: Option<&str>,
         name: &str,
         subresource: Option<&'static str>,
     ) -> Self {
         Self {
             kind: K::kind(&()).into_owned(),
-            name: name.to_owned(),
+            name: scoped_name(namespace, name),
             subresource,
         }
     }
@@ -154,6 +156,7 @@ impl RecentWrites {
     /// write left it. Asked before [`Self::seen`] confirms the write.
     pub fn is_own_version<K: Resource<DynamicType = ()>>(
         &self,
+        namespace: Option<&str>,
         name: &str,
         resource_version: Option<&str>,
     ) -> bool {
@@ -161,7 +164,7 @@ impl RecentWrites {
             return false;
         };
         self.lock()
-            .get(&Target::new::<K>(name, None))
+            .get(&Target::new::<K>(namespace, name, None))
             .is_some_and(|written| written.resource_version == delivered)
     }
 
@@ -250,9 +253,10 @@ impl RecentWrites {
             return;
         }
         let name = object.name_any();
+        let namespace = object.meta().namespace.as_deref();
         let delivered = version(object.meta().resource_version.as_deref());
         for subresource in [None, Some("status")] {
-            let target = Target::new::<K>(&name, subresource);
+            let target = Target::new::<K>(namespace, &name, subresource);
             let confirmed = pending
                 .get(&target)
                 .is_some_and(|w| delivered.is_none_or(|v| v >= w.resource_version));
@@ -281,8 +285,8 @@ mod tests {
     fn a_write_is_a_repeat_until_the_watch_delivers_its_version() {
         let recent = RecentWrites::default();
         let now = Instant::now();
-        let labels = Target::new::<Node>("n", None);
-        let status = Target::new::<Node>("n", Some("status"));
+        let labels = Target::new::<Node>(None, "n", None);
+        let status = Target::new::<Node>(None, "n", Some("status"));
         let body = fingerprint(&json!({"labels": {"a": "b"}}));
         recent.record(labels.clone(), body, Some("100"), now);
         recent.record(status.clone(), 7, Some("105"), now);
@@ -304,25 +308,30 @@ mod tests {
     fn the_version_a_write_was_given_is_its_own_until_the_watch_delivers_it() {
         let recent = RecentWrites::default();
         let now = Instant::now();
-        recent.record(Target::new::<ConfigMap>("n", None), 1, Some("10"), now);
-        assert!(recent.is_own_version::<ConfigMap>("n", Some("10")));
+        recent.record(
+            Target::new::<ConfigMap>(None, "n", None),
+            1,
+            Some("10"),
+            now,
+        );
+        assert!(recent.is_own_version::<ConfigMap>(None, "n", Some("10")));
         // Someone's later change, another object, another kind, no version: not the write's.
-        assert!(!recent.is_own_version::<ConfigMap>("n", Some("11")));
-        assert!(!recent.is_own_version::<ConfigMap>("m", Some("10")));
-        assert!(!recent.is_own_version::<Node>("n", Some("10")));
-        assert!(!recent.is_own_version::<ConfigMap>("n", None));
+        assert!(!recent.is_own_version::<ConfigMap>(None, "n", Some("11")));
+        assert!(!recent.is_own_version::<ConfigMap>(None, "m", Some("10")));
+        assert!(!recent.is_own_version::<Node>(None, "n", Some("10")));
+        assert!(!recent.is_own_version::<ConfigMap>(None, "n", None));
         let delivered: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": "n", "resourceVersion": "10"}}))
                 .expect("test ConfigMap");
         recent.seen(&delivered);
-        assert!(!recent.is_own_version::<ConfigMap>("n", Some("10")));
+        assert!(!recent.is_own_version::<ConfigMap>(None, "n", Some("10")));
     }
 
     #[test]
     fn kinds_do_not_mix_and_patience_runs_out() {
         let recent = RecentWrites::default();
         let now = Instant::now();
-        let configmap = Target::new::<ConfigMap>("n", None);
+        let configmap = Target::new::<ConfigMap>(None, "n", None);
         recent.record(configmap.clone(), 1, Some("10"), now);
         recent.seen(&node("n", "20"));
         assert!(recent.is_repeat(&configmap, 1, now));
@@ -333,7 +342,7 @@ mod tests {
     fn unparsable_versions_never_hold_a_write_back() {
         let recent = RecentWrites::default();
         let now = Instant::now();
-        let target = Target::new::<Node>("n", None);
+        let target = Target::new::<Node>(None, "n", None);
         recent.record(target.clone(), 1, Some("opaque"), now);
         assert!(!recent.is_repeat(&target, 1, now));
         recent.record(target.clone(), 1, Some("5"), now);

@@ -189,7 +189,11 @@ where
                 cached.left_by_own_write() && cached.resource_version() == version
             })
         };
-        let own_write = recent.is_own_version::<K>(&name, version.as_deref()) || cached_as_own();
+        let own_write = recent.is_own_version::<K>(
+            object.meta().namespace.as_deref(),
+            &name,
+            version.as_deref(),
+        ) || cached_as_own();
         Cached::new(object).noted_as_own_write(own_write)
     }
 }
@@ -381,7 +385,12 @@ mod tests {
             ("relisted", "9"),
             ("deleted", "4"),
         ] {
-            recent.record(Target::new::<ConfigMap>(name, None), 1, Some(version), now);
+            recent.record(
+                Target::new::<ConfigMap>(Some("ns"), name, None),
+                1,
+                Some(version),
+                now,
+            );
         }
         let mut keep = cached_noting_own_writes(store.clone(), recent.clone());
         let confirmed = recent.clone();

@@ -93,7 +93,7 @@ async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Acti
             let lingers = ensure_node(&ctx, &node, &serving, &gpu, &topology, answer).await?;
             ensure_slices(&ctx, &node, &serving, &topology).await?;
             ensure_nrt(&ctx, &node, &pool, &topology).await?;
-            ensure_topology(&ctx, &node, &pool, &topology).await?;
+            ensure_topology(&ctx, &node, Some((&pool, &topology))).await?;
             remove_unserved_plugin_slices(&ctx, &node, Some(&topology)).await?;
             announce_reservations(&ctx, &node.name_any(), &topology, &users).await?;
             record_assignments(&ctx, &node.name_any(), &topology, &users).await?;

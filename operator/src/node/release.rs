@@ -2,20 +2,19 @@
 //! slices, its NodeResourceTopology and topology ConfigMap, and (its pool gone) the GPUs recorded
 //! on its pods. The DRA plugins of claims its pods still hold linger until they are released.
 
-use fakegpu_model::{names::fakegpu::POOL_LABEL, topology::NodeTopology};
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
+use fakegpu_model::names::fakegpu::POOL_LABEL;
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use tracing::info;
 
 use super::{
     assignments::forget_assignments,
     cached::{CachedNode, has_kubelet},
     leaving,
-    lookups::{cached_configmap, cached_nrt, cached_slice},
+    lookups::cached_slice,
     slice, status,
-    writes::{apply_node, remove_nrt, remove_unserved_plugin_slices, sync_slice},
+    writes::{apply_node, ensure_topology, remove_nrt, remove_unserved_plugin_slices, sync_slice},
 };
-use crate::{context::Context, error::Result, kit::apply};
+use crate::{context::Context, error::Result};
 
 /// Takes away what the operator gave a node: its labels and status entries (the patch of an
 /// empty intent names as null every one fakegpu alone set, and only those), its slices and its
@@ -56,17 +55,7 @@ pub async fn release(ctx: &Context, node: &CachedNode) -> Result<bool> {
         sync_slice(ctx, &name, &slice, cached_slice(ctx, &slice), None).await?;
     }
     remove_unserved_plugin_slices(ctx, node, None).await?;
-    remove_nrt(ctx, &name, cached_nrt(ctx, &name).is_some()).await?;
-    if cached_configmap(ctx, &name).is_some() {
-        info!(node = %name, "removing topology ConfigMap");
-        let configmaps: Api<ConfigMap> =
-            Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
-        apply::delete_once(
-            &ctx.writes.recent,
-            &configmaps,
-            &NodeTopology::configmap_name(&name),
-        )
-        .await?;
-    }
+    remove_nrt(ctx, &name).await?;
+    ensure_topology(ctx, node, None).await?;
     Ok(!lingering.is_empty())
 }

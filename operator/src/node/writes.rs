@@ -19,7 +19,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
-use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use tracing::{debug, info};
 
 use super::{
@@ -30,7 +30,15 @@ use super::{
     lookups::*,
     nrt, slice, status, topology,
 };
-use crate::{context::Context, error::Result, kit::apply, kit::cache::Cached, tracking};
+use crate::{
+    context::Context,
+    error::Result,
+    kit::{
+        cache::Cached,
+        owned::{Outcome, Policy},
+    },
+    tracking,
+};
 
 /// The pool a node serves and what of it the node serves (see [`super::interfaces`]).
 #[derive(Clone, Copy)]
@@ -104,18 +112,19 @@ pub(super) async fn apply_node(
         return Ok(());
     }
     let name = node.name_any();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    // Labels and status go in one patch of the status subresource; the policy is for other
+    // writes of nodes, which fakegpu does not make.
+    let nodes = ctx.owned::<Node>(Policy::MergePatch);
     let same = status::node_patch(&intent.timeless(), &status::Leftovers::default(), None);
     // Other events of the node come before the cache shows this write: neither read nor log.
-    if apply::status_write_pending::<Node>(&ctx.writes.recent, &name, &same) {
-        debug!(node = %name, "same node write already sent");
+    if nodes.status_pending(&name, &same) {
         return Ok(());
     }
     // A node read for its labels may change again before the patch lands: read it again.
     let mut attempts = 1;
     loop {
         let patch = if labels::may_take_back(node, &intent.labels) {
-            let Some(fresh) = nodes.get_opt(&name).await? else {
+            let Some(fresh) = nodes.api().get_opt(&name).await? else {
                 debug!(node = %name, "node is gone; nothing to write");
                 return Ok(());
             };
@@ -127,9 +136,9 @@ pub(super) async fn apply_node(
             let leftovers = status::Leftovers::new(cached::OwnedStatus::of(node), &[], intent);
             status::node_patch(intent, &leftovers, None)
         };
-        match apply::patch_status_once(&ctx.writes.recent, &nodes, &name, &patch, &same).await {
-            Ok(written) => {
-                if written {
+        match nodes.patch_status(&name, &patch, &same).await {
+            Ok(outcome) => {
+                if outcome.sent() {
                     info!(node = %name, pool = intent.labels.get(POOL_LABEL).map(String::as_str), resources = ?intent.resources, fractioning = intent.fractioning.is_some(), "wrote node labels and status");
                 }
                 return Ok(());
@@ -221,29 +230,20 @@ pub(super) async fn sync_slice(
     current: Option<Arc<Cached<ResourceSlice>>>,
     desired: Option<ResourceSlice>,
 ) -> Result<()> {
-    let slices: Api<ResourceSlice> = Api::all(ctx.client.clone());
-    let exists = current.is_some();
-    match desired {
-        None if current.is_some() => {
-            info!(node, slice = name, "removing ResourceSlice");
-            Ok(apply::delete_once(&ctx.writes.recent, &slices, name).await?)
-        }
-        None => Ok(()),
-        Some(desired) if current.is_some_and(|c| slice::slice_current(c.as_ref(), &desired)) => {
-            Ok(())
-        }
-        Some(desired) => {
-            if apply::replace_once(&ctx.writes.recent, &slices, name, &desired, exists).await? {
-                info!(
-                    node,
-                    slice = name,
-                    generation = desired.spec.pool.generation,
-                    "wrote ResourceSlice"
-                );
-            }
-            Ok(())
-        }
+    let slices = ctx.owned::<ResourceSlice>(Policy::Replace);
+    let is_current = |current: &Arc<Cached<ResourceSlice>>, desired: &ResourceSlice| {
+        slice::slice_current(current.as_ref(), desired)
+    };
+    let outcome = slices
+        .ensure(name, current.as_ref(), desired.as_ref(), is_current)
+        .await?;
+    let generation = desired.as_ref().map(|d| d.spec.pool.generation);
+    match outcome {
+        Outcome::Written => info!(node, slice = name, generation, "wrote ResourceSlice"),
+        Outcome::Removed => info!(node, slice = name, "removed ResourceSlice"),
+        Outcome::Current | Outcome::Pending => {}
     }
+    Ok(())
 }
 
 /// The NodeResourceTopology of a node of a NUMA pool (when the cluster serves the API).
@@ -257,53 +257,75 @@ pub(super) async fn ensure_nrt(
         return Ok(());
     }
     let name = node.name_any();
-    let current = cached_nrt(ctx, &name);
-    let Some(desired) = nrt::desired_nrt(node, pool, topology) else {
-        return remove_nrt(ctx, &name, current.is_some()).await;
+    let desired = nrt::desired_nrt(node, pool, topology);
+    // Applied with its kind: the cached NRT is compared with the object, the patch sent.
+    let patch = desired.as_ref().map(nrt::nrt_patch);
+    let nrts = ctx.owned::<NodeResourceTopology>(Policy::Apply);
+    let is_current = |current: &Arc<NodeResourceTopology>, _: &serde_json::Value| {
+        desired
+            .as_ref()
+            .is_some_and(|desired| nrt::nrt_current(current, desired))
     };
-    if current.is_some_and(|c| nrt::nrt_current(&c, &desired)) {
-        return Ok(());
-    }
-    let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    if apply::apply_once(&ctx.writes.recent, &api, &name, &nrt::nrt_patch(&desired)).await? {
-        info!(node = %name, pool = %pool.name_any(), "wrote NodeResourceTopology");
+    let current = cached_nrt(ctx, &name);
+    match nrts
+        .ensure(&name, current.as_ref(), patch.as_ref(), is_current)
+        .await?
+    {
+        Outcome::Written => {
+            info!(node = %name, pool = %pool.name_any(), "wrote NodeResourceTopology")
+        }
+        Outcome::Removed => info!(node = %name, "removed NodeResourceTopology"),
+        Outcome::Current | Outcome::Pending => {}
     }
     Ok(())
 }
 
-pub(super) async fn remove_nrt(ctx: &Context, node: &str, exists: bool) -> Result<()> {
-    if !exists {
+/// Removes the node's NodeResourceTopology, if the cache shows one.
+pub(super) async fn remove_nrt(ctx: &Context, node: &str) -> Result<()> {
+    if cached_nrt(ctx, node).is_none() {
         return Ok(());
     }
-    info!(node, "removing NodeResourceTopology");
-    let api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
-    Ok(apply::delete_once(&ctx.writes.recent, &api, node).await?)
+    ctx.owned::<NodeResourceTopology>(Policy::Apply)
+        .remove(node)
+        .await?;
+    info!(node, "removed NodeResourceTopology");
+    Ok(())
 }
 
+/// The node's topology ConfigMap as `document` has it; `None`: the node has none.
 pub(super) async fn ensure_topology(
     ctx: &Context,
     node: &CachedNode,
-    pool: &GpuNodePool,
-    document: &NodeTopology,
+    pool_and_document: Option<(&GpuNodePool, &NodeTopology)>,
 ) -> Result<()> {
     let name = node.name_any();
+    let namespace = &ctx.settings.namespace;
+    let allocated =
+        pool_and_document.map(|(_, document)| tracking::allocated_count(&document.gpus));
+    let desired = match (pool_and_document, allocated) {
+        (Some((pool, document)), Some(allocated)) => Some(topology::desired_configmap(
+            namespace,
+            node,
+            &pool.name_any(),
+            document.to_yaml()?,
+            allocated,
+        )),
+        _ => None,
+    };
+    let configmaps = ctx.owned_in::<ConfigMap>(namespace, Policy::Replace);
     let current = cached_configmap(ctx, &name);
-    let allocated = tracking::allocated_count(&document.gpus);
-    let desired = topology::desired_configmap(
-        &ctx.settings.namespace,
-        node,
-        &pool.name_any(),
-        document.to_yaml()?,
-        allocated,
-    );
-    let exists = current.is_some();
-    if current.is_some_and(|cm| topology::configmap_current(&cm, &desired)) {
-        return Ok(());
-    }
-    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    let is_current = |current: &Arc<Cached<ConfigMap>>, desired: &ConfigMap| {
+        topology::configmap_current(current, desired)
+    };
     let cm_name = NodeTopology::configmap_name(&name);
-    if apply::replace_once(&ctx.writes.recent, &configmaps, &cm_name, &desired, exists).await? {
-        info!(node = %name, pool = %pool.name_any(), allocated, "wrote topology ConfigMap");
+    let outcome = configmaps
+        .ensure(&cm_name, current.as_ref(), desired.as_ref(), is_current)
+        .await?;
+    let pool = pool_and_document.map(|(pool, _)| pool.name_any());
+    match outcome {
+        Outcome::Written => info!(node = %name, pool, allocated, "wrote topology ConfigMap"),
+        Outcome::Removed => info!(node = %name, "removed topology ConfigMap"),
+        Outcome::Current | Outcome::Pending => {}
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::{context::Context, deviceclass, error::Error, error::Result, kit::apply, node};
+use crate::{context::Context, deviceclass, error::Error, error::Result, kit::owned::Policy, node};
 
 pub async fn reconcile(pool: Arc<GpuNodePool>, ctx: Arc<Context>) -> Result<Action> {
     let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
@@ -101,9 +101,10 @@ async fn apply_pool(pool: &GpuNodePool, ctx: &Context) -> Result<Action> {
                 .await;
         }
     }
-    let pools: Api<GpuNodePool> = Api::all(ctx.client.clone());
     let patch = json!({"apiVersion": GpuNodePool::api_version(&()), "kind": GpuNodePool::kind(&()), "status": desired});
-    apply::apply_status(&pools, &name, &patch).await?;
+    ctx.owned::<GpuNodePool>(Policy::Apply)
+        .apply_status(&name, &patch)
+        .await?;
     Ok(next)
 }
 
