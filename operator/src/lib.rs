@@ -1,6 +1,7 @@
 //! fakegpu-operator: reconciles GpuNodePools into what GPU-aware software reads.
 //!
-//! Two controllers share one set of watch caches (reflector stores):
+//! Three controllers share one set of watch caches (reflector stores, filled by [`watches`],
+//! joined in [`controllers`]):
 //! - [`node`]: per Node, the labels and the topology ConfigMap of the pool that owns it;
 //!   the node's status (KWOK capacity, fractioning condition), its KWOK ResourceSlice, and
 //!   which pod holds which GPU ([`tracking`]);
@@ -8,7 +9,8 @@
 //! - [`compute_domain`]: per ComputeDomain, its ResourceClaimTemplate and status.
 //!
 //! Each concern keeps its desired state in pure functions (unit tested without a cluster) and
-//! writes through [`kit::apply`], which skips writes when the cache already shows the desired state.
+//! writes through [`kit::owned`], which skips writes when the cache already shows the desired
+//! state or the same write is on its way to it.
 
 pub mod changes;
 pub mod compute_domain;
@@ -25,3 +27,4 @@ pub mod pool;
 #[cfg(test)]
 mod testing;
 pub mod tracking;
+pub mod watches;
