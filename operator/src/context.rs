@@ -88,7 +88,7 @@ pub struct Writes {
 }
 
 /// The watch caches (reflector stores) reconciles read instead of asking the API server. Some
-/// hold objects trimmed to what the controllers read: see [`crate::controllers`] for which.
+/// hold objects trimmed to what the controllers read: see [`crate::watches`] for which.
 #[derive(Debug)]
 pub struct Caches {
     pub pools: Store<GpuNodePool>,

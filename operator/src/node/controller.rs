@@ -1,5 +1,5 @@
 //! Which events reach the node controller, and how many nodes it reconciles at once. The
-//! watches and caches are shared with the other controllers (`crate::controllers`); each kind's
+//! watches and caches are shared with the other controllers (`crate::watches`); each kind's
 //! events arrive here on a stream of their own.
 
 use std::sync::Arc;

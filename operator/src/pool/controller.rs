@@ -1,5 +1,5 @@
 //! Which events reach the pool controller. The watches and caches are shared with the other
-//! controllers (`crate::controllers`); each kind's events arrive here on a stream of their own.
+//! controllers (`crate::watches`); each kind's events arrive here on a stream of their own.
 
 use std::sync::Arc;
 
