@@ -314,3 +314,69 @@ mod tests {
         assert!(matches!(not_capable, Err(MigError::NotCapable(_))));
     }
 }
+
+/// [`place`] against an exhaustive search of its own: it places exactly the layouts that fit.
+#[cfg(test)]
+mod properties {
+    use fakegpu_model::profiles::{MIG_MEMORY_SLICES, PROFILES};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Whether `profiles`, in any order, have placements on one GPU that share no memory slice.
+    fn fits_somehow(profiles: &[&'static MigProfile], taken: [bool; 8]) -> bool {
+        let Some((profile, rest)) = profiles.split_first() else {
+            return true;
+        };
+        placements(profile).any(|start| {
+            let mut after = taken;
+            (start..start + profile.memory_slices.max(1)).all(|s| {
+                after
+                    .get_mut(s as usize)
+                    .is_some_and(|t| !std::mem::replace(t, true))
+            }) && fits_somehow(rest, after)
+        })
+    }
+
+    /// A product that has MIG and some of its profiles, repeats allowed.
+    fn layouts() -> impl Strategy<Value = Vec<&'static MigProfile>> {
+        let capable: Vec<&'static GpuProfile> =
+            PROFILES.iter().filter(|p| p.mig_capable()).collect();
+        proptest::sample::select(capable).prop_flat_map(|product| {
+            let profiles: Vec<&'static MigProfile> = product.mig_profiles.iter().collect();
+            proptest::collection::vec(proptest::sample::select(profiles), 0..9)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn what_fits_is_placed_and_placed_without_overlap(profiles in layouts()) {
+            let fits = check_counts(&profiles).is_ok() && fits_somehow(&profiles, [false; 8]);
+            match place(&profiles) {
+                Ok(placed) => {
+                    prop_assert!(fits, "placed what does not fit: {profiles:?}");
+                    let mut asked: Vec<_> = profiles.iter().map(|p| p.name).collect();
+                    let mut got: Vec<_> = placed.iter().map(|i| i.profile.name).collect();
+                    asked.sort_unstable();
+                    got.sort_unstable();
+                    prop_assert_eq!(asked, got);
+                    let mut slices = [false; MIG_MEMORY_SLICES as usize];
+                    for instance in &placed {
+                        prop_assert!(placements(instance.profile).any(|s| s == instance.placement_start));
+                        let size = instance.profile.memory_slices.max(1);
+                        for s in instance.placement_start..instance.placement_start + size {
+                            let slice = slices.get_mut(s as usize);
+                            prop_assert!(slice.as_ref().is_some_and(|t| !**t), "{placed:?}");
+                            if let Some(t) = slice {
+                                *t = true;
+                            }
+                        }
+                    }
+                }
+                Err(_) => prop_assert!(!fits, "refused what fits: {profiles:?}"),
+            }
+        }
+    }
+}

@@ -601,3 +601,115 @@ mod tests {
         );
     }
 }
+
+/// [`assign`] over generated pods asking for whole GPUs: no GPU goes to two pods, a pod gets
+/// what it asks for while GPUs are left (oldest first) and is reported otherwise, and a pod
+/// keeps its GPUs when the document is recomputed, others leave or newcomers arrive (one that
+/// was short may then get what was freed).
+#[cfg(test)]
+mod properties {
+    use std::collections::BTreeMap;
+
+    use fakegpu_model::topology::GpuTopology;
+    use proptest::prelude::*;
+
+    use crate::tracking::{fixtures::*, *};
+
+    /// Pods `p0`, `p1`, ... created a day apart, each asking for its number of GPUs.
+    fn users(asks: &[u32]) -> Vec<GpuUser> {
+        asks.iter()
+            .enumerate()
+            .map(|(i, gpus)| {
+                let created = format!("2026-01-{:02}T00:00:00Z", i + 1);
+                user(&asking(&format!("p{i}"), &created, *gpus), &[])
+            })
+            .collect()
+    }
+
+    /// Which GPUs each pod holds, by pod name; and whether any GPU is used by two pods.
+    fn holdings(topology: &[GpuTopology]) -> (BTreeMap<String, Vec<u32>>, bool) {
+        let mut held: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut shared = false;
+        for gpu in topology {
+            let users = &gpu.status.pod_gpu_usage_status;
+            shared |= users.len() > 1;
+            let holder = &gpu.status.allocated_by.pod;
+            if !holder.is_empty() {
+                held.entry(holder.clone()).or_default().push(gpu.index);
+                shared |= users.keys().any(|uid| *uid != format!("uid-{holder}"));
+            }
+        }
+        (held, shared)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn gpus_go_to_one_pod_each_oldest_first(
+            count in 0..9_u32,
+            asks in proptest::collection::vec(1..4_u32, 0..6),
+            order in any::<prop::sample::Index>(),
+        ) {
+            let mut topology = gpus(count);
+            let mut pods = users(&asks);
+            // The order pods are listed in does not matter; their age does.
+            if !pods.is_empty() {
+                let by = order.index(pods.len());
+                pods.rotate_left(by);
+            }
+            let overbooked = assign(&mut topology, &pods, false);
+            let (held, shared) = holdings(&topology);
+            prop_assert!(!shared, "{topology:?}");
+            let mut left = count;
+            for (i, asked) in asks.iter().enumerate() {
+                let got = held.get(&format!("p{i}")).map_or(0, Vec::len) as u32;
+                prop_assert_eq!(got, (*asked).min(left), "p{} of {:?} on {}", i, asks, count);
+                left -= got;
+                let reported = overbooked.iter().any(|o| o.pod == format!("p{i}"));
+                prop_assert_eq!(reported, got < *asked);
+            }
+            prop_assert_eq!(allocated_count(&topology), count - left);
+        }
+
+        #[test]
+        fn pods_keep_their_gpus_when_others_come_and_go(
+            count in 1..9_u32,
+            asks in proptest::collection::vec(1..3_u32, 1..6),
+            leaving in proptest::collection::vec(any::<bool>(), 6),
+            newcomers in proptest::collection::vec(1..3_u32, 0..3),
+        ) {
+            let mut topology = gpus(count);
+            let pods = users(&asks);
+            assign(&mut topology, &pods, false);
+            let (before, _) = holdings(&topology);
+            // The same pods again: nothing moves.
+            let first = topology.clone();
+            assign(&mut topology, &pods, false);
+            prop_assert_eq!(&topology, &first);
+            // Some leave, newer pods come (created after every pod above).
+            let staying: Vec<GpuUser> = pods.iter().zip(&leaving)
+                .filter(|(_, leaves)| !**leaves)
+                .map(|(pod, _)| pod.clone())
+                .collect();
+            let mut next = staying.clone();
+            for (i, gpus) in newcomers.iter().enumerate() {
+                let created = format!("2026-02-{:02}T00:00:00Z", i + 1);
+                next.push(user(&asking(&format!("new{i}"), &created, *gpus), &[]));
+            }
+            assign(&mut topology, &next, false);
+            let (after, shared) = holdings(&topology);
+            prop_assert!(!shared);
+            // A pod keeps every GPU it held; one that was short may get what others freed.
+            for pod in &staying {
+                let held = before.get(&pod.pod).cloned().unwrap_or_default();
+                let now = after.get(&pod.pod).cloned().unwrap_or_default();
+                prop_assert!(held.iter().all(|gpu| now.contains(gpu)), "{} moved: {held:?} -> {now:?}", pod.pod);
+                prop_assert!(now.len() <= pod.extended as usize);
+            }
+            for (pod, _) in pods.iter().zip(&leaving).filter(|(_, leaves)| **leaves) {
+                prop_assert!(!after.contains_key(&pod.pod), "{} left but holds GPUs", pod.pod);
+            }
+        }
+    }
+}

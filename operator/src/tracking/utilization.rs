@@ -243,3 +243,76 @@ mod tests {
         );
     }
 }
+
+/// [`usage`] over any annotations a pod's author may write: a use within the GPU, whatever
+/// they say; what is malformed is reported, what is not is taken.
+#[cfg(test)]
+mod properties {
+    use fakegpu_model::names::annotation;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::tracking::fixtures::pod;
+
+    /// A value as written by hand: numbers, near misses, anything.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "-?[0-9]{0,4}(\\.[0-9]{0,4})?(e-?[0-9])?",
+            "[0-9]{1,3}-[0-9]{1,3}",
+            Just("NaN".to_owned()),
+            Just("inf".to_owned()),
+            Just("-0".to_owned()),
+            Just(" 0.5 ".to_owned()),
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_annotations_give_a_use_within_the_gpu(
+            fraction in proptest::option::of(value()),
+            memory in proptest::option::of(value()),
+            utilization in proptest::option::of(value()),
+            gpu_memory in 0..200_000_u64,
+        ) {
+            let mut annotations = serde_json::Map::new();
+            for (key, value) in [
+                (annotation::GPU_FRACTION, &fraction),
+                (annotation::GPU_MEMORY, &memory),
+                (annotation::SIMULATED_UTILIZATION, &utilization),
+            ] {
+                if let Some(value) = value {
+                    annotations.insert(key.to_owned(), json!(value));
+                }
+            }
+            let pod = pod("p", "2026-01-01T00:00:00Z", json!({"metadata": {"annotations": annotations}}));
+            let used = usage(&pod, Defaults::default(), gpu_memory);
+            prop_assert!(used.fb_used <= gpu_memory, "{used:?}");
+            let bounds = used.utilization;
+            prop_assert!(bounds.min <= bounds.max && bounds.max <= 100, "{used:?}");
+            // A malformed value is reported and ignored; a valid one is taken.
+            let reported: Vec<_> = malformed_sharing(&pod).into_iter().map(|(key, _, _)| key).collect();
+            let fraction_ok = fraction.as_deref().map(gpu_fraction);
+            prop_assert_eq!(
+                reported.contains(&annotation::GPU_FRACTION),
+                fraction_ok.as_ref().is_some_and(Result::is_err)
+            );
+            let memory_ok = memory.as_deref().map(gpu_memory_mib);
+            prop_assert_eq!(
+                reported.contains(&annotation::GPU_MEMORY),
+                memory_ok.as_ref().is_some_and(Result::is_err)
+            );
+            if let Some(Ok(mib)) = memory_ok {
+                prop_assert_eq!(used.fb_used, mib.min(gpu_memory));
+            }
+            let range = utilization.as_deref().map(str::parse::<UtilizationRange>);
+            prop_assert_eq!(malformed_utilization(&pod).is_some(), range.as_ref().is_some_and(Result::is_err));
+            if let Some(Ok(range)) = range {
+                prop_assert_eq!((bounds.min, bounds.max), (range.min, range.max));
+            }
+        }
+    }
+}
