@@ -13,5 +13,7 @@ pub mod label_selector;
 pub mod meta;
 pub mod nrt;
 pub mod pool;
+#[cfg(test)]
+mod properties;
 
 pub use pool::{GpuNodePool, GpuNodePoolSpec, GpuNodePoolStatus};

@@ -9,6 +9,8 @@ pub mod faults;
 pub mod mig_slices;
 pub mod names;
 pub mod profiles;
+#[cfg(test)]
+mod properties;
 pub mod quantity;
 pub mod report;
 pub mod telemetry;

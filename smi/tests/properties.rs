@@ -106,7 +106,8 @@ proptest! {
     }
 }
 
-/// `cases` cases; a failing input is kept beside this file and tried first on every later run.
+/// `cases` cases; a failing input is kept beside this file and tried first on every later run
+/// (proptest's default place is beside the crate's lib.rs, which an integration test has not).
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,

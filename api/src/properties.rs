@@ -1,10 +1,8 @@
 //! Properties of what the API crate parses from annotations users and schedulers write, and of
 //! the Helm values converter: any input gives a value or an error, never a panic; what fakegpu
 //! writes reads back the same.
-// Test code: its helpers may state assumptions with expect, as #[test]s do (clippy.toml).
-#![cfg(test)]
 
-use fakegpu_api::{
+use crate::{
     convert,
     faults::{GpuFault, parse_annotation},
     pool::{
@@ -17,7 +15,7 @@ use fakegpu_model::{
     mig_slices::placements,
     profiles::{MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MigProfile, PROFILES},
 };
-use proptest::{prelude::*, test_runner::FileFailurePersistence};
+use proptest::prelude::*;
 use serde_json::json;
 
 /// A node of eight GPUs of each MIG-capable product of the catalog.
@@ -149,7 +147,7 @@ fn check_layouts(layouts: &GpuLayouts, gpu: &ResolvedGpu) -> Result<(), TestCase
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn any_faults_annotation_is_faults_or_an_error(text in any::<String>()) {
@@ -304,16 +302,5 @@ proptest! {
         }
         let values = values.to_string();
         let _ = convert::convert(&values);
-    }
-}
-
-/// `cases` cases; a failing input is kept beside this file and tried first on every later run.
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/properties.proptest-regressions",
-        ))),
-        ..ProptestConfig::default()
     }
 }

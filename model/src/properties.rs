@@ -1,11 +1,9 @@
 //! Properties of what the model parses from text anyone with a pod or a node can write: any
 //! input gives a value or an error, never a panic; what fakegpu writes reads back the same.
-// Test code: its helpers may state assumptions with expect, as #[test]s do (clippy.toml).
-#![cfg(test)]
 
 use std::collections::BTreeMap;
 
-use fakegpu_model::{
+use crate::{
     faults::GpuFaults,
     profiles::MigEngines,
     quantity::{format_bytes, format_cpu, parse_milli},
@@ -15,7 +13,7 @@ use fakegpu_model::{
     },
     utilization::UtilizationRange,
 };
-use proptest::{prelude::*, test_runner::FileFailurePersistence};
+use proptest::prelude::*;
 
 /// Text that YAML and the parsers treat specially, beside arbitrary strings: what a document's
 /// strings must survive (`"yes"`, `"~"`, `"1e3"` read back as strings, not a bool, null or a
@@ -188,7 +186,7 @@ fn document() -> impl Strategy<Value = NodeTopology> {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn a_document_reads_back_as_written(document in document()) {
@@ -228,7 +226,7 @@ proptest! {
         }
         let text = String::from_utf8_lossy(&bytes);
         if let Ok(read) = NodeTopology::from_yaml(&text) {
-            prop_assert!(read.version <= fakegpu_model::topology::FORMAT_VERSION);
+            prop_assert!(read.version <= crate::topology::FORMAT_VERSION);
         }
     }
 
@@ -307,16 +305,5 @@ proptest! {
         let binary = ["", "Ki", "Mi", "Gi", "Ti", "Pi"][power as usize];
         prop_assert_eq!(parse_milli(&format!("{n}{decimal}")), Some(n * 1000 * 1000_i128.pow(power)));
         prop_assert_eq!(parse_milli(&format!("{n}{binary}")), Some(n * 1000 * 1024_i128.pow(power)));
-    }
-}
-
-/// `cases` cases; a failing input is kept beside this file and tried first on every later run.
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/properties.proptest-regressions",
-        ))),
-        ..ProptestConfig::default()
     }
 }
