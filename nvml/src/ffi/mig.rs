@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
 use super::{
     DeviceHandle, ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT,
     ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED, Return, SUCCESS, answer, c_array, gpu, handle_of,
-    machine, mig, put, struct_version,
+    machine, mig, put, struct_version, struct_version_word,
 };
 use crate::{
     machine::{Device, MigInstance},
@@ -181,15 +181,21 @@ fn gi_profile_info(profile: &GiProfile) -> GiProfileInfo {
     }
 }
 
+/// The version words (`NVML_STRUCT_VERSION`: the struct's size, the version in the top byte) of
+/// the versioned profile infos. The whole word is compared, not the version alone: a caller's
+/// struct of another size (another header's) is refused, never written past its end.
+const GI_PROFILE_V2: c_uint = struct_version_word::<GiProfileInfoV2>(2);
+const GI_PROFILE_V3: c_uint = struct_version_word::<GiProfileInfoV3>(3);
+const CI_PROFILE_V2: c_uint = struct_version_word::<CiProfileInfoV2>(2);
+const CI_PROFILE_V3: c_uint = struct_version_word::<CiProfileInfoV3>(3);
+
 /// Writes a versioned GPU-instance profile info (v2 or v3, as the caller's struct says).
 unsafe fn put_gi_profile_v(profile: &GiProfile, out: *mut c_void) -> Result<Return, Return> {
-    let version_word = out.cast::<c_uint>();
-    let version = unsafe { struct_version(version_word) }? >> 24;
+    let stamp = unsafe { struct_version(out.cast()) }?;
     let info = gi_profile_info(profile);
     let name = c_array::<NAME_SIZE>(&profile.name);
-    let stamp = unsafe { version_word.read() };
-    Ok(match version {
-        2 => unsafe {
+    Ok(match stamp {
+        GI_PROFILE_V2 => unsafe {
             put(
                 out.cast::<GiProfileInfoV2>(),
                 GiProfileInfoV2 {
@@ -209,7 +215,7 @@ unsafe fn put_gi_profile_v(profile: &GiProfile, out: *mut c_void) -> Result<Retu
                 },
             )
         },
-        3 => unsafe {
+        GI_PROFILE_V3 => unsafe {
             put(
                 out.cast::<GiProfileInfoV3>(),
                 GiProfileInfoV3 {
@@ -466,16 +472,15 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
 ) -> Return {
     answer(gpu_instance(handle).and_then(|(_, instance)| {
         let ci = ci_profile_of(instance, profile, engines)?;
-        let version_word = out.cast::<c_uint>();
-        let version = unsafe { struct_version(version_word) }? >> 24;
+        let stamp = unsafe { struct_version(out.cast()) }?;
         let v2 = CiProfileInfoV2 {
-            version: unsafe { version_word.read() },
+            version: stamp,
             info: ci_profile_info(instance, &ci),
             name: c_array(&ci_profile_name(instance, &ci)),
         };
-        Ok(match version {
-            2 => unsafe { put(out.cast::<CiProfileInfoV2>(), v2) },
-            3 => unsafe {
+        Ok(match stamp {
+            CI_PROFILE_V2 => unsafe { put(out.cast::<CiProfileInfoV2>(), v2) },
+            CI_PROFILE_V3 => unsafe {
                 put(
                     out.cast::<CiProfileInfoV3>(),
                     CiProfileInfoV3 {

@@ -229,6 +229,11 @@ fn handle_of<T>(item: &'static T) -> DeviceHandle {
     (item as *const T).cast()
 }
 
+/// `NVML_STRUCT_VERSION(T, version)`: the size of `T` below, the version in the top byte.
+const fn struct_version_word<T>(version: c_uint) -> c_uint {
+    size_of::<T>() as c_uint | (version << 24)
+}
+
 /// The version word a caller wrote at the start of a versioned struct (`NVML_STRUCT_VERSION`:
 /// the version in the top byte, the struct's size below).
 unsafe fn struct_version(out: *const c_uint) -> Result<c_uint, Return> {
@@ -616,7 +621,7 @@ pub struct PciInfoExt {
 }
 
 /// `nvmlPciInfoExt_v1`.
-const PCI_INFO_EXT_V1: c_uint = size_of::<PciInfoExt>() as c_uint | (1 << 24);
+const PCI_INFO_EXT_V1: c_uint = struct_version_word::<PciInfoExt>(1);
 
 /// nvidia-smi's `pci.bus_id` query field reads this one.
 #[unsafe(no_mangle)]

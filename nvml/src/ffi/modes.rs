@@ -14,7 +14,7 @@ const PSTATE_0: c_uint = 0;
 /// `NVML_COMPUTEMODE_DEFAULT`.
 const COMPUTE_MODE_DEFAULT: c_uint = 0;
 /// `nvmlMemory_v2`: `NVML_STRUCT_VERSION(Memory, 2)`.
-const MEMORY_V2: c_uint = size_of::<MemoryV2>() as c_uint | (2 << 24);
+const MEMORY_V2: c_uint = super::struct_version_word::<MemoryV2>(2);
 
 /// `nvmlMemory_v2_t`.
 #[repr(C)]

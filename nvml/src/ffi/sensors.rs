@@ -75,7 +75,7 @@ pub struct TemperatureV1 {
 }
 
 /// `nvmlTemperature_v1`: the struct's size, version 1 in the top byte.
-const TEMPERATURE_V1: c_uint = size_of::<TemperatureV1>() as c_uint | (1 << 24);
+const TEMPERATURE_V1: c_uint = super::struct_version_word::<TemperatureV1>(1);
 
 /// The versioned temperature query newer NVML users (nvitop) ask first.
 #[unsafe(no_mangle)]
