@@ -45,6 +45,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "unit tests"
 cargo test --locked
 
+step "fuzzing: every target under fuzz/ for ${FAKEGPU_FUZZ_SECONDS:-30}s from its seeds, AddressSanitizer on (hack/fuzz.sh)"
+hack/fuzz.sh
+
 step "layers: no file imports a file that imports it; GPU containers load nothing built from kube (e2e/tests/layers.rs, no cluster)"
 cargo test --locked -p fakegpu-e2e --test layers
 

@@ -20,6 +20,8 @@
 prerequisites_go_wanted=1.26.8
 # The book's builder (hack/docs.sh), from crates.io.
 prerequisites_mdbook_version=0.5.4
+# The fuzzers' driver (hack/fuzz.sh), from crates.io.
+prerequisites_cargo_fuzz_version=0.13.2
 
 # Debian packages, with who needs them. Core: the control plane and the KWOK demo.
 prerequisites_core_packages=(
@@ -114,6 +116,22 @@ prerequisites_cargo_tool() { # <crate> <version> <why> [cargo install args...]
 prerequisites_mdbook() {
   prerequisites_cargo_tool mdbook "$prerequisites_mdbook_version" "the book" \
     --no-default-features --features search
+}
+
+# The nightly toolchain (cargo fuzz builds with its sanitizer flags) and cargo-fuzz, for
+# hack/fuzz.sh.
+prerequisites_fuzz() {
+  local _
+  for _ in 1 2 3; do
+    rustup run nightly rustc --version >/dev/null 2>&1 && break
+    prerequisites_log "installing Rust's nightly toolchain (rustup) for the fuzzers"
+    rustup toolchain install nightly --profile minimal >&2 || sleep 5
+  done
+  rustup run nightly rustc --version >/dev/null 2>&1 || {
+    prerequisites_log "the fuzzers need Rust's nightly toolchain: rustup toolchain install nightly"
+    return 1
+  }
+  prerequisites_cargo_tool cargo-fuzz "$prerequisites_cargo_fuzz_version" "the fuzzers"
 }
 
 # Adds rustup's <target> (retrying: rustup's server can answer late).
