@@ -24,16 +24,22 @@ type Return = c_uint;
 type Handle = *const c_void;
 
 unsafe extern "C" {
+    fn nvmlInit() -> Return;
     fn nvmlInit_v2() -> Return;
+    fn nvmlInitWithFlags(flags: c_uint) -> Return;
     fn nvmlShutdown() -> Return;
     fn nvmlErrorString(result: Return) -> *const c_char;
     fn nvmlSystemGetDriverVersion(out: *mut c_char, length: c_uint) -> Return;
     fn nvmlSystemGetNVMLVersion(out: *mut c_char, length: c_uint) -> Return;
+    fn nvmlSystemGetCudaDriverVersion(out: *mut c_int) -> Return;
     fn nvmlSystemGetCudaDriverVersion_v2(out: *mut c_int) -> Return;
     fn nvmlSystemGetProcessName(pid: c_uint, out: *mut c_char, length: c_uint) -> Return;
+    fn nvmlDeviceGetCount(out: *mut c_uint) -> Return;
     fn nvmlDeviceGetCount_v2(out: *mut c_uint) -> Return;
+    fn nvmlDeviceGetHandleByIndex(index: c_uint, out: *mut Handle) -> Return;
     fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, out: *mut Handle) -> Return;
     fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, out: *mut Handle) -> Return;
+    fn nvmlDeviceGetHandleByPciBusId(bus: *const c_char, out: *mut Handle) -> Return;
     fn nvmlDeviceGetHandleByPciBusId_v2(bus: *const c_char, out: *mut Handle) -> Return;
     fn nvmlDeviceGetName(handle: Handle, out: *mut c_char, length: c_uint) -> Return;
     fn nvmlDeviceGetUUID(handle: Handle, out: *mut c_char, length: c_uint) -> Return;
@@ -95,13 +101,9 @@ unsafe extern "C" {
         out: *mut c_void,
     ) -> Return;
     fn nvmlGpuInstanceGetInfo(gi: Handle, out: *mut c_void) -> Return;
+    fn nvmlComputeInstanceGetInfo(ci: Handle, out: *mut c_void) -> Return;
     fn nvmlComputeInstanceGetInfo_v2(ci: Handle, out: *mut c_void) -> Return;
     fn nvmlDeviceGetComputeRunningProcesses(
-        handle: Handle,
-        count: *mut c_uint,
-        out: *mut c_void,
-    ) -> Return;
-    fn nvmlDeviceGetComputeRunningProcesses_v3(
         handle: Handle,
         count: *mut c_uint,
         out: *mut c_void,
@@ -124,6 +126,8 @@ unsafe extern "C" {
 type Fixed = unsafe extern "C" fn(Handle, *mut c_void) -> Return;
 /// A handle, one argument, one out-pointer.
 type WithArg = unsafe extern "C" fn(Handle, c_uint, *mut c_void) -> Return;
+/// A handle, a count in and out, an array of that many entries.
+type Processes = unsafe extern "C" fn(Handle, *mut c_uint, *mut c_void) -> Return;
 /// A handle and two out-pointers.
 type TwoOut = unsafe extern "C" fn(Handle, *mut c_void, *mut c_void) -> Return;
 
@@ -138,7 +142,7 @@ macro_rules! table {
     }};
 }
 
-fn fixed() -> [(&'static str, Fixed, usize); 24] {
+fn fixed() -> [(&'static str, Fixed, usize); 27] {
     table!(Fixed; (h: Handle, out: *mut c_void);
         nvmlDeviceGetIndex: 4, nvmlDeviceGetMinorNumber: 4, nvmlDeviceGetBrand: 4,
         nvmlDeviceGetArchitecture: 4, nvmlDeviceGetMaxMigDeviceCount: 4,
@@ -146,6 +150,9 @@ fn fixed() -> [(&'static str, Fixed, usize); 24] {
         nvmlDeviceGetComputeInstanceId: 4, nvmlDeviceGetPersistenceMode: 4,
         nvmlDeviceGetDisplayActive: 4, nvmlDeviceGetPerformanceState: 4,
         nvmlDeviceGetComputeMode: 4, nvmlDeviceGetPowerUsage: 4,
+        nvmlDeviceGetEnforcedPowerLimit: 4,
+        nvmlDeviceGetPowerManagementLimit: 4,
+        nvmlDeviceGetPowerManagementDefaultLimit: 4,
         nvmlDeviceGetSupportedEventTypes: 8,
         // nvmlMemory_t, nvmlBAR1Memory_t, nvmlPciInfo_t, nvmlDeviceAttributes_t,
         // nvmlUtilization_t.
@@ -166,6 +173,15 @@ fn with_arg() -> [(&'static str, WithArg, usize); 7] {
         nvmlDeviceGetGpuInstanceProfileInfo: 48,
         nvmlDeviceGetGpuInstanceProfileInfoV, nvmlDeviceGetGpuInstanceProfileInfoByIdV,
     )
+}
+
+/// The process lists with entries of `nvmlProcessInfo_v2_t`'s layout (v3's too).
+fn processes() -> [(&'static str, Processes, usize); 8] {
+    table!(Processes; (h: Handle, count: *mut c_uint, out: *mut c_void);
+        nvmlDeviceGetComputeRunningProcesses_v2, nvmlDeviceGetComputeRunningProcesses_v3,
+        nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetGraphicsRunningProcesses_v2,
+        nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlDeviceGetMPSComputeRunningProcesses,
+        nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlDeviceGetMPSComputeRunningProcesses_v3)
 }
 
 fn two_out() -> [(&'static str, TwoOut, usize); 3] {
@@ -271,6 +287,17 @@ fn remember_array(list: &mut Vec<usize>, code: Return, array: &Option<Buffer>, c
     }
 }
 
+/// The older or the newer of two entry points of one call (NVML keeps both exported).
+macro_rules! either {
+    ($u:expr, $older:expr, $newer:expr) => {
+        if $u.ratio(1, 3).unwrap_or(false) {
+            $older
+        } else {
+            $newer
+        }
+    };
+}
+
 /// One call chosen by the fuzzer; false when the input is used up.
 fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
     let Ok(op) = u.int_in_range(0..=27_u8) else {
@@ -287,7 +314,11 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
         let code = match op {
             0 => {
                 seen.inits += 1;
-                nvmlInit_v2()
+                match small % 3 {
+                    0 => nvmlInit(),
+                    1 => nvmlInitWithFlags(arg),
+                    _ => nvmlInit_v2(),
+                }
             }
             1 if seen.inits > 0 => {
                 seen.inits -= 1;
@@ -316,7 +347,11 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
             }
             5 => {
                 let out = buffer(u, 4);
-                nvmlSystemGetCudaDriverVersion_v2(ptr(&out))
+                either!(
+                    u,
+                    nvmlSystemGetCudaDriverVersion,
+                    nvmlSystemGetCudaDriverVersion_v2
+                )(ptr(&out))
             }
             6 => {
                 let out = Buffer::new(length as usize);
@@ -324,11 +359,12 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
             }
             7 => {
                 let out = buffer(u, 4);
-                nvmlDeviceGetCount_v2(ptr(&out))
+                either!(u, nvmlDeviceGetCount, nvmlDeviceGetCount_v2)(ptr(&out))
             }
             8 => {
                 let out = buffer(u, 8);
-                let code = nvmlDeviceGetHandleByIndex_v2(small, ptr(&out));
+                let f = either!(u, nvmlDeviceGetHandleByIndex, nvmlDeviceGetHandleByIndex_v2);
+                let code = f(small, ptr(&out));
                 if let Some(out) = &out {
                     remember(&mut seen.devices, code, *out.out::<Handle>());
                 }
@@ -347,7 +383,11 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                 if op == 9 {
                     nvmlDeviceGetHandleByUUID(name, ptr(&out))
                 } else {
-                    nvmlDeviceGetHandleByPciBusId_v2(name, ptr(&out))
+                    either!(
+                        u,
+                        nvmlDeviceGetHandleByPciBusId,
+                        nvmlDeviceGetHandleByPciBusId_v2
+                    )(name, ptr(&out))
                 }
             }
             11 | 12 => {
@@ -448,7 +488,8 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                         let f = if v1 {
                             nvmlDeviceGetComputeRunningProcesses
                         } else {
-                            nvmlDeviceGetComputeRunningProcesses_v3
+                            let newer = processes();
+                            newer[u.choose_index(newer.len()).unwrap_or(0)].1
                         };
                         f(h, count_ptr, ptr(&array))
                     }
@@ -539,7 +580,12 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                             nvmlGpuInstanceGetInfo(gi, ptr(&out))
                         } else {
                             let out = buffer(u, 32);
-                            nvmlComputeInstanceGetInfo_v2(handle(u, &[&cis, &gis]), ptr(&out))
+                            let f = either!(
+                                u,
+                                nvmlComputeInstanceGetInfo,
+                                nvmlComputeInstanceGetInfo_v2
+                            );
+                            f(handle(u, &[&cis, &gis]), ptr(&out))
                         }
                     }
                 }
