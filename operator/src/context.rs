@@ -22,7 +22,7 @@ use crate::{
         cache::Cached,
         events::Events,
         metrics::Metrics,
-        owned::{Owned, Policy},
+        owned::{Owned, Policy, Writable},
         pacer::Pacer,
         recent::RecentWrites,
         retry::Retries,
@@ -116,11 +116,7 @@ impl Context {
     /// The writer of cluster-scoped objects of kind `K` (see [`crate::kit::owned`]).
     pub fn owned<K>(&self, policy: Policy) -> Owned<'_, K>
     where
-        K: kube::Resource<DynamicType = (), Scope = ClusterResourceScope>
-            + Clone
-            + serde::Serialize
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Writable + kube::Resource<Scope = ClusterResourceScope>,
     {
         Owned::all(self.client.clone(), &self.writes.recent, policy)
     }
@@ -128,11 +124,7 @@ impl Context {
     /// The writer of objects of kind `K` in `namespace`.
     pub fn owned_in<K>(&self, namespace: &str, policy: Policy) -> Owned<'_, K>
     where
-        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + serde::Serialize
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Writable + kube::Resource<Scope = NamespaceResourceScope>,
     {
         Owned::namespaced(self.client.clone(), namespace, &self.writes.recent, policy)
     }

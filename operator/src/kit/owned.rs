@@ -50,6 +50,17 @@ impl Outcome {
     }
 }
 
+/// What a kind needs to be written and read back through [`Owned`].
+pub trait Writable:
+    Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug
+{
+}
+
+impl<K> Writable for K where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug
+{
+}
+
 /// Objects of kind `K` in one namespace (or cluster-wide), written by one [`Policy`].
 pub struct Owned<'a, K> {
     api: Api<K>,
@@ -67,10 +78,7 @@ impl<K> Debug for Owned<'_, K> {
     }
 }
 
-impl<'a, K> Owned<'a, K>
-where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
-{
+impl<'a, K: Writable> Owned<'a, K> {
     /// Cluster-scoped objects.
     pub fn all(client: Client, recent: &'a RecentWrites, policy: Policy) -> Self
     where

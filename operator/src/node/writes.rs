@@ -302,15 +302,15 @@ pub(super) async fn ensure_topology(
     let namespace = &ctx.settings.namespace;
     let allocated =
         pool_and_document.map(|(_, document)| tracking::allocated_count(&document.gpus));
-    let desired = match (pool_and_document, allocated) {
-        (Some((pool, document)), Some(allocated)) => Some(topology::desired_configmap(
+    let desired = match pool_and_document.zip(allocated) {
+        Some(((pool, document), allocated)) => Some(topology::desired_configmap(
             namespace,
             node,
             &pool.name_any(),
             document.to_yaml()?,
             allocated,
         )),
-        _ => None,
+        None => None,
     };
     let configmaps = ctx.owned_in::<ConfigMap>(namespace, Policy::Replace);
     let current = cached_configmap(ctx, &name);
