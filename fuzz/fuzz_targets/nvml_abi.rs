@@ -272,19 +272,22 @@ fn handle(u: &mut Unstructured, kinds: &[&Vec<usize>]) -> Handle {
     }
 }
 
-fn remember(list: &mut Vec<usize>, code: Return, handle: Handle) {
-    if code == 0 && !handle.is_null() && list.len() < 64 {
-        list.push(handle as usize);
+/// The first `count` handles a call wrote to `array`, kept (up to 64) when it succeeded.
+fn remember_array(list: &mut Vec<usize>, code: Return, array: &Option<Buffer>, count: c_uint) {
+    let Some(array) = array.as_ref().filter(|_| code == 0) else {
+        return;
+    };
+    for i in 0..count as usize {
+        let handle = unsafe { *array.out::<Handle>().add(i) };
+        if !handle.is_null() && list.len() < 64 {
+            list.push(handle as usize);
+        }
     }
 }
 
-/// The first `count` handles of an array a call filled.
-fn remember_array(list: &mut Vec<usize>, code: Return, array: &Option<Buffer>, count: c_uint) {
-    if let Some(array) = array {
-        for i in 0..count as usize {
-            remember(list, code, unsafe { *array.out::<Handle>().add(i) });
-        }
-    }
+/// The handle a call wrote to `out`, kept when it succeeded.
+fn remember(list: &mut Vec<usize>, code: Return, out: &Option<Buffer>) {
+    remember_array(list, code, out, 1);
 }
 
 /// The older or the newer of two entry points of one call (NVML keeps both exported).
@@ -365,9 +368,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                 let out = buffer(u, 8);
                 let f = either!(u, nvmlDeviceGetHandleByIndex, nvmlDeviceGetHandleByIndex_v2);
                 let code = f(small, ptr(&out));
-                if let Some(out) = &out {
-                    remember(&mut seen.devices, code, *out.out::<Handle>());
-                }
+                remember(&mut seen.devices, code, &out);
                 code
             }
             9 | 10 => {
@@ -441,9 +442,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                 let out = buffer(u, 8);
                 let code =
                     nvmlDeviceGetMigDeviceHandleByIndex(handle(u, &[&devices]), small, ptr(&out));
-                if let Some(out) = &out {
-                    remember(&mut seen.devices, code, *out.out::<Handle>());
-                }
+                remember(&mut seen.devices, code, &out);
                 code
             }
             18 => {
@@ -479,7 +478,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                     std::ptr::null_mut()
                 };
                 let h = handle(u, &[&devices, &gis]);
-                let code = match op {
+                match op {
                     // nvmlProcessInfo_v1_t, v2 (v3's layout), nvmlProcessUtilizationSample_t.
                     21 => {
                         let v1 = u.ratio(1, 2).unwrap_or(false);
@@ -500,7 +499,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                     // nvmlGpuInstancePlacement_t; then GPU instance handles.
                     23 => {
                         let array = (count > 0).then(|| Buffer::new(8 * count as usize));
-                        let code = if u.ratio(1, 2).unwrap_or(false) {
+                        if u.ratio(1, 2).unwrap_or(false) {
                             nvmlDeviceGetGpuInstancePossiblePlacements_v2(
                                 h,
                                 arg % 24,
@@ -517,8 +516,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                                 count_word.min(count),
                             );
                             code
-                        };
-                        code
+                        }
                     }
                     _ => {
                         let array = (count > 0).then(|| Buffer::new(8 * count as usize));
@@ -537,8 +535,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                         );
                         code
                     }
-                };
-                code
+                }
             }
             25 => {
                 let gi = handle(u, &[&gis, &devices]);
@@ -547,17 +544,13 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                         let out = buffer(u, 8);
                         let code =
                             nvmlDeviceGetGpuInstanceById(handle(u, &[&devices]), small, ptr(&out));
-                        if let Some(out) = &out {
-                            remember(&mut seen.gpu_instances, code, *out.out::<Handle>());
-                        }
+                        remember(&mut seen.gpu_instances, code, &out);
                         code
                     }
                     1 => {
                         let out = buffer(u, 8);
                         let code = nvmlGpuInstanceGetComputeInstanceById(gi, small, ptr(&out));
-                        if let Some(out) = &out {
-                            remember(&mut seen.compute_instances, code, *out.out::<Handle>());
-                        }
+                        remember(&mut seen.compute_instances, code, &out);
                         code
                     }
                     2 => {
@@ -610,9 +603,7 @@ fn call(u: &mut Unstructured, seen: &mut Seen) -> bool {
                 0 => {
                     let out = buffer(u, 8);
                     let code = nvmlEventSetCreate(ptr(&out));
-                    if let Some(out) = &out {
-                        remember(&mut seen.event_sets, code, *out.out::<Handle>());
-                    }
+                    remember(&mut seen.event_sets, code, &out);
                     code
                 }
                 1 => nvmlDeviceRegisterEvents(
